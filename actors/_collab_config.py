@@ -1,0 +1,96 @@
+"""The configuration every collaboration mode shares, and how a mode's config is built."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import attrs
+
+from ._collab_types import AnswerSpec, InvalidCollaboration
+
+
+def _answer(value: object) -> AnswerSpec | None:
+    if value is None or isinstance(value, AnswerSpec):
+        return value
+    if isinstance(value, Mapping):
+        extra = sorted(set(value) - {"choices", "regex"})
+        if extra:
+            raise InvalidCollaboration(f"answer.{extra[0]}", "unknown field (use choices or regex)")
+        choices = value.get("choices")
+        if choices is not None and (isinstance(choices, str) or not isinstance(choices, list | tuple)):
+            raise InvalidCollaboration("answer.choices", "must be a list of strings")
+        regex = value.get("regex")
+        if regex is not None and not isinstance(regex, str):
+            raise InvalidCollaboration("answer.regex", "must be a string")
+        return AnswerSpec(choices=choices, regex=regex)
+    if isinstance(value, list | tuple):
+        return AnswerSpec(choices=tuple(value))
+    raise InvalidCollaboration("answer", "must be {choices: [...]} or {regex: str}")
+
+
+def _bounded(low: int, high: int) -> Any:
+    def check(_: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidCollaboration(attribute.name, f"must be an integer, got {value!r}")
+        if not low <= value <= high:
+            raise InvalidCollaboration(attribute.name, f"must be in {low}..{high}, got {value}")
+
+    return check
+
+
+def _boolean(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool):
+        raise InvalidCollaboration(attribute.name, f"must be true or false, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class ModeConfig:
+    """Options every mode accepts. Subclass it (``@attrs.frozen(kw_only=True)``) for a mode's own.
+
+    Attributes:
+        early_stop: stop as soon as the outcome can no longer change (pruning the rest).
+        rounds: rounds for iterative modes (debate, reflect); None = the mode's default.
+        answer: constrain answers to fixed choices or a regex.
+        max_tokens: default completion budget per agent turn.
+        temperature: default sampling temperature (agents may override).
+        timeout: seconds before the whole collaboration is cancelled (None = no limit).
+    """
+
+    early_stop: bool = attrs.field(default=True, validator=_boolean)
+    rounds: int | None = attrs.field(default=None, validator=_bounded(1, 16))
+    answer: AnswerSpec | None = attrs.field(default=None, converter=_answer)
+    max_tokens: int = attrs.field(default=256, validator=_bounded(1, 32768))
+    temperature: float = 0.7
+    timeout: float | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, int | float):
+            raise InvalidCollaboration("temperature", "must be a number")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise InvalidCollaboration("temperature", f"must be in [0, 2], got {self.temperature}")
+        if self.timeout is not None and not (isinstance(self.timeout, int | float) and self.timeout > 0):
+            raise InvalidCollaboration("timeout", "must be a positive number of seconds")
+
+
+C = TypeVar("C", bound=ModeConfig)
+
+
+def build_config(config_class: type[C], options: Mapping[str, Any]) -> C:
+    """Build a mode's config from loose options, with errors that name the field."""
+    fields = {f.name: f for f in attrs.fields(config_class)}
+    unknown = sorted(k for k in options if k not in fields)
+    if unknown:
+        raise InvalidCollaboration(
+            f"collaboration.{unknown[0]}",
+            f"unknown option for this mode; known: {sorted(fields)}",
+        )
+    try:
+        return config_class(**options)
+    except InvalidCollaboration as exc:
+        field = exc.field if exc.field.startswith("collaboration.") else f"collaboration.{exc.field}"
+        raise InvalidCollaboration(field, exc.reason) from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidCollaboration("collaboration", str(exc)) from None

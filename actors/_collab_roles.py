@@ -1,0 +1,161 @@
+"""Role actors: every agent of a collaboration is one of these, spawned in its scope.
+
+A role actor owns its engine requests. It receives ``Turn`` messages carrying
+KV handles (the prompt to continue), generates on the engine bridge, streams
+its deltas as events, keeps its own token accounting, and replies with the
+output handle — which the operator forwards to other roles' mailboxes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ..engine_bridge import EngineBridge, GenerationResult, KVHandle, Sampling
+from ._actor import Actor
+from ._collab_types import AgentRecord, AgentSpec, CollaborationEvent
+
+if TYPE_CHECKING:
+    from ._ref import ActorRef
+
+
+def clean_text(text: str) -> str:
+    """Model text without a trailing end-of-turn marker or surrounding space."""
+    return text.replace("<|im_end|>", "").replace("<|endoftext|>", "").strip()
+
+
+@attrs.frozen
+class Turn:
+    """Ask a role to generate: continue ``prompt`` with ``sampling`` at ``priority``.
+
+    ``label`` names the step for events ("draft", "critique", "answer"…); ``round``
+    is the collaboration round it belongs to.
+    """
+
+    prompt: KVHandle
+    sampling: Sampling
+    priority: int = 0
+    label: str = "turn"
+    round: int | None = None
+
+
+@attrs.frozen
+class TurnDone:
+    """A role's reply: the engine result (its ``handle`` is prompt + output)."""
+
+    agent: str
+    result: GenerationResult | None
+    skipped: bool = False
+
+    @property
+    def text(self) -> str:
+        return "" if self.result is None else self.result.text
+
+    @property
+    def finish_reason(self) -> str:
+        return "aborted" if self.result is None else self.result.finish_reason
+
+
+Emit = Callable[[CollaborationEvent], Awaitable[None]]
+
+
+class RoleActor(Actor):
+    """The behaviour of one agent: generate each ``Turn`` it receives, one at a time."""
+
+    def __init__(
+        self,
+        *,
+        agent: str,
+        spec: AgentSpec,
+        bridge: EngineBridge,
+        record: AgentRecord,
+        emit: Callable[..., Awaitable[None]],
+        delta_events: bool = True,
+    ) -> None:
+        super().__init__()
+        self.agent = agent
+        self.spec = spec
+        self.bridge = bridge
+        self.record = record
+        self._emit = emit
+        self._delta_events = delta_events
+        self.current_request: str | None = None
+        self.pruned = False
+
+    async def receive(self, message: object) -> object:
+        if isinstance(message, Turn):
+            return await self._turn(message)
+        return await super().receive(message)
+
+    async def _turn(self, turn: Turn) -> TurnDone:
+        record = self.record
+        if self.pruned:  # pruned before its prefill: never reaches the engine
+            return TurnDone(self.agent, None, skipped=True)
+        if record.started is None:
+            record.started = self.bridge.clock()
+        await self._emit("agent_started", self.agent, role=record.role, label=turn.label, round=turn.round)
+        if self.pruned:  # no checkpoint between this test and the request's registration
+            return TurnDone(self.agent, None, skipped=True)
+        async with self.bridge.stream(
+            turn.prompt, turn.sampling, adapter=self.spec.adapter, priority=turn.priority
+        ) as gen:
+            self.current_request = gen.request_id
+            try:
+                async for delta in gen:
+                    if self._delta_events and delta.text:
+                        await self._emit("delta", self.agent, text=delta.text, label=turn.label)
+            finally:
+                self.current_request = None
+            result = gen.result
+        assert result is not None
+        record.requests += 1
+        record.prompt_tokens += result.prompt_tokens
+        record.cached_tokens += result.cached_tokens
+        record.completion_tokens += result.completion_tokens
+        record.finished = self.bridge.clock()
+        record.round = turn.round
+        record.output = clean_text(result.text)
+        if result.finish_reason == "abort":
+            record.finish_reason = "pruned" if self.pruned else "aborted"
+        elif result.finish_reason in ("stop", "length"):
+            record.finish_reason = result.finish_reason
+        await self._emit(
+            "agent_finished",
+            self.agent,
+            label=turn.label,
+            round=turn.round,
+            finish_reason=record.finish_reason,
+            prompt_tokens=result.prompt_tokens,
+            cached_tokens=result.cached_tokens,
+            completion_tokens=result.completion_tokens,
+            cache_miss=result.cache_miss,
+        )
+        return TurnDone(self.agent, result)
+
+
+@attrs.define(eq=False)
+class Role:
+    """The operator's view of one agent: its actor reference and its record."""
+
+    agent: str
+    spec: AgentSpec
+    ref: ActorRef
+    actor: RoleActor
+    record: AgentRecord
+    bridge: EngineBridge
+    thread: KVHandle | None = None  # the agent's own append-only context, when it has one
+
+    async def turn(self, turn: Turn, *, timeout: float | None = None) -> TurnDone:
+        """Ask the role to generate (through its mailbox) and wait for its reply."""
+        # no ask deadline of its own: a generation takes as long as it takes; the
+        # collaboration's timeout (a cancel scope around it) bounds the whole thing
+        reply = await self.ref.ask(turn, timeout=math.inf if timeout is None else timeout)
+        assert isinstance(reply, TurnDone)
+        return reply
+
+    @property
+    def running_request(self) -> str | None:
+        return self.actor.current_request

@@ -1,0 +1,89 @@
+"""aggregate (mixture of agents): N proposers, then one aggregator writes the answer.
+
+Proposers fork from the shared context with their own instructions (or LoRA
+adapters). The aggregator is the critical path (higher engine priority): it
+continues the first proposer's thread — a cached prefix — and receives the
+other proposals as handles spliced as token ids, then its instructions.
+The aggregator is the agent whose role or name is ``aggregator`` (else the last spec).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import anyio
+
+from ._collab import CollaborationContext, CollaborationOp, register_mode
+from ._collab_config import ModeConfig
+from ._collab_roles import Role, Turn, TurnDone, clean_text
+from ._collab_types import AgentSpec, CollaborationFailed, InvalidCollaboration
+
+AGGREGATE_PROMPT = (
+    "Above is one proposal; the other proposals follow. Combine the best parts of all proposals "
+    "into one final answer. Reply with the final answer only."
+)
+
+
+def split_aggregator(agents: tuple[AgentSpec, ...]) -> tuple[list[AgentSpec], AgentSpec]:
+    """(proposers, aggregator) from a request's agent specs."""
+    for i, spec in enumerate(agents):
+        if spec.role == "aggregator" or spec.name == "aggregator":
+            return [a for j, a in enumerate(agents) if j != i], spec
+    return list(agents[:-1]), agents[-1]
+
+
+@register_mode
+class Aggregate(CollaborationOp):
+    """Mixture of agents: proposals spliced as handles into one aggregator."""
+
+    name = "aggregate"
+    Config = ModeConfig
+    default_agents: ClassVar[tuple[AgentSpec, ...]] = (
+        AgentSpec("proposer", count=3),
+        AgentSpec("aggregator", role="aggregator"),
+    )
+    min_agents = 2
+
+    def validate(self, config: ModeConfig, agents: object) -> None:
+        super().validate(config, agents)  # type: ignore[arg-type]
+        specs = tuple(agents)  # type: ignore[call-overload]
+        _, aggregator = split_aggregator(specs)
+        if aggregator.count != 1:
+            raise InvalidCollaboration("agents.count", "the aggregator must have count 1")
+        if len(specs) < 2:
+            raise InvalidCollaboration("agents", "aggregate needs proposers and an aggregator")
+
+    async def run(self, ctx: CollaborationContext) -> str:
+        proposer_specs, aggregator_spec = split_aggregator(ctx.agents)
+        proposers = await ctx.spawn_all(proposer_specs, role="proposer")
+        aggregator = await ctx.spawn(aggregator_spec.agent_names()[0], aggregator_spec, "aggregator")
+        proposals: dict[str, TurnDone] = {}
+
+        async def propose(role: Role) -> None:
+            done = await ctx.turn(role, Turn(ctx.prompt(role.spec), ctx.sampling(role.spec), label="proposal"))
+            if done.result is not None and done.result.finish_reason in ("stop", "length"):
+                proposals[role.agent] = done
+
+        async with anyio.create_task_group() as tg:
+            for role in proposers:
+                tg.start_soon(propose, role)
+        if not proposals:
+            raise CollaborationFailed("no proposer produced a proposal", tuple(ctx.records.values()))
+        ordered = [p.agent for p in proposers if p.agent in proposals]
+        first = proposals[ordered[0]].result
+        assert first is not None
+        chat = aggregator.bridge.chat  # type: ignore[attr-defined]
+        base = chat.close_turn(first.handle)
+        parts: list[object] = []
+        for name in ordered[1:]:
+            result = proposals[name].result
+            assert result is not None
+            parts.append(f"\nProposal from {name}: ")
+            parts.append(result.output)
+        instructions = "\n".join(x for x in (AGGREGATE_PROMPT, aggregator_spec.instructions) if x)
+        prompt = ctx.prompt(aggregator_spec, base=base, parts=parts, instructions="\n" + instructions)  # type: ignore[arg-type]
+        done = await ctx.turn(aggregator, Turn(prompt, ctx.sampling(aggregator_spec, temperature=0.0), label="aggregate", priority=-1))
+        if done.result is None:
+            raise CollaborationFailed("the aggregator produced nothing", tuple(ctx.records.values()))
+        ctx.extra["proposals"] = {name: clean_text(proposals[name].text) for name in ordered}
+        return clean_text(done.text)

@@ -1,0 +1,128 @@
+"""reflect (self-refine): draft → critique → revise, up to K rounds.
+
+Stops when a validator tool passes (any sync/async callable: JSON schema,
+tests in a subprocess…) or, without a validator, when the critic approves.
+The whole exchange is one append-only thread, so each step's prompt extends
+the previous step's handle and is served from the prefix cache. The
+validator's error message is fed back to the critic and the reviser.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import attrs
+
+from ._collab import CollaborationContext, CollaborationOp, register_mode
+from ._collab_config import ModeConfig
+from ._collab_roles import Turn, clean_text
+from ._collab_types import AgentSpec, CollaborationFailed
+from ._validators import Validator, Verdict, run_validator, validator_from_spec
+
+APPROVAL = "APPROVED"
+CRITIC_PROMPT = (
+    "Review the answer above. If it is correct and complete, reply with the single word "
+    f"{APPROVAL}. Otherwise, list the problems briefly."
+)
+REVISE_PROMPT = "Revise your answer to fix these problems. Reply with the revised answer only."
+
+
+def _validator(value: Any) -> Validator | None:
+    if value is None:
+        return None
+    return validator_from_spec(value)
+
+
+@attrs.frozen(kw_only=True)
+class ReflectConfig(ModeConfig):
+    """reflect options.
+
+    Attributes:
+        validator: a callable, or an HTTP spec ``{"type": "json_schema", "schema": …}``.
+        critic: ask the critic model even when the validator passes (default: only
+            without a validator, or when it fails).
+    """
+
+    validator: Validator | None = attrs.field(default=None, converter=_validator)
+    critic: bool = False
+
+
+@register_mode
+class Reflect(CollaborationOp):
+    """Self-refine with an optional validator tool; the first agent drafts, the second critiques."""
+
+    name = "reflect"
+    Config = ReflectConfig
+    default_agents: ClassVar[tuple[AgentSpec, ...]] = (
+        AgentSpec("drafter"),
+        AgentSpec("critic", instructions=CRITIC_PROMPT),
+    )
+
+    async def run(self, ctx: CollaborationContext) -> str:
+        config = ctx.config
+        assert isinstance(config, ReflectConfig)
+        rounds = config.rounds or 2
+        specs = list(ctx.agents)
+        drafter_spec = specs[0]
+        critic_spec = specs[1] if len(specs) > 1 else AgentSpec("critic", instructions=CRITIC_PROMPT)
+        drafter = await ctx.spawn(drafter_spec.agent_names()[0], drafter_spec, "drafter")
+        critic = await ctx.spawn(critic_spec.agent_names()[0], critic_spec, "critic")
+        chat = drafter.bridge.chat  # type: ignore[attr-defined]
+
+        prompt = ctx.prompt(drafter_spec)
+        done = await ctx.turn(drafter, Turn(prompt, ctx.sampling(drafter_spec), label="draft", round=1))
+        if done.result is None:
+            raise CollaborationFailed("the drafter produced nothing", tuple(ctx.records.values()))
+        draft = done.result
+        history: list[dict[str, Any]] = []
+        for r in range(1, rounds + 1):
+            ctx.rounds = r
+            verdict = await run_validator(config.validator, draft.text) if config.validator else None
+            entry: dict[str, Any] = {"round": r, "draft": clean_text(draft.text)}
+            if verdict is not None:
+                entry["valid"] = verdict.ok
+                entry["validator"] = verdict.message
+                await ctx.emit("validation", drafter.agent, ok=verdict.ok, message=verdict.message, round=r)
+            if verdict is not None and verdict.ok and not config.critic:
+                history.append(entry)
+                ctx.early_stopped = r < rounds
+                break
+            thread = chat.close_turn(draft.handle)
+            feedback = _feedback(verdict)
+            critic_instr = critic_spec.instructions or CRITIC_PROMPT
+            critique_prompt = ctx.prompt(critic_spec, base=thread, instructions=f"{feedback}{critic_instr}", bridge=drafter.bridge)
+            critique = await ctx.turn(critic, Turn(critique_prompt, ctx.sampling(critic_spec, temperature=0.0), label="critique", round=r, priority=-1))
+            if critique.result is None:
+                break
+            entry["critique"] = clean_text(critique.text)
+            history.append(entry)
+            approved = APPROVAL.lower() in critique.text.lower() and (verdict is None or verdict.ok)
+            await ctx.emit("round", None, round=r, approved=approved)
+            if approved and config.early_stop:
+                ctx.early_stopped = r < rounds
+                break
+            if r == rounds:
+                break
+            revise_prompt = ctx.prompt(drafter_spec, base=chat.close_turn(critique.result.handle), instructions=REVISE_PROMPT)
+            revised = await ctx.turn(drafter, Turn(revise_prompt, ctx.sampling(drafter_spec), label="revise", round=r + 1, priority=-1))
+            if revised.result is None:
+                break
+            draft = revised.result
+        else:  # pragma: no cover - loop always breaks
+            pass
+        if config.validator is not None and (not history or "valid" not in history[-1] or history[-1]["draft"] != clean_text(draft.text)):
+            final = await run_validator(config.validator, draft.text)
+            ctx.extra["valid"] = final.ok
+            if final.message:
+                ctx.extra["validator_message"] = final.message
+        elif history and "valid" in history[-1]:
+            ctx.extra["valid"] = history[-1]["valid"]
+        ctx.extra["history"] = history
+        drafter.record.output = clean_text(draft.text)
+        return clean_text(draft.text)
+
+
+def _feedback(verdict: Verdict | None) -> str:
+    if verdict is None or verdict.ok:
+        return ""
+    return f"A validator rejected the answer: {verdict.message}\n"

@@ -1,0 +1,142 @@
+"""vote: self-consistency with exact early stopping.
+
+N voters fork from the shared context. ``direct`` voters answer at once,
+constrained to the choices (or regex); ``reason`` voters first reason freely,
+then their own output handle is extended with an answer cue and a constrained
+continuation — the cue's prompt hits the cache on the whole reasoning.
+
+Exact early stop: as soon as the leading answer can no longer be overtaken
+(``Tally.decided``), the voters still running are pruned and their engine
+requests aborted. The answer is then exactly what the full vote would give on
+the same outputs. ``wave`` > 0 samples voters k at a time, so later waves are
+never started when the first ones agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import anyio
+import attrs
+
+from ._answers import Tally
+from ._collab import CollaborationContext, CollaborationOp, register_mode
+from ._collab_config import ModeConfig, _bounded
+from ._collab_roles import Role, Turn, clean_text
+from ._collab_types import AgentSpec, InvalidCollaboration
+
+ANSWER_CUE = "Therefore, the final answer is"
+
+
+def _style(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if value not in ("auto", "direct", "reason"):
+        raise InvalidCollaboration(attribute.name, f"must be auto, direct or reason, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class VoteConfig(ModeConfig):
+    """vote options.
+
+    Attributes:
+        style: ``direct`` (answer at once), ``reason`` (reason, then answer from
+            the reasoning's handle) or ``auto`` (reason when answers are constrained
+            and max_tokens allows reasoning, direct otherwise).
+        wave: start voters k at a time (0 = all at once).
+        answer_tokens: budget of the constrained answer step.
+    """
+
+    style: str = attrs.field(default="auto", validator=_style)
+    wave: int = attrs.field(default=0, validator=_bounded(0, 64))
+    answer_tokens: int = attrs.field(default=16, validator=_bounded(1, 256))
+
+
+@register_mode
+class Vote(CollaborationOp):
+    """Self-consistency: N voters, majority answer, exact early stop."""
+
+    name = "vote"
+    Config = VoteConfig
+    default_agents: ClassVar[tuple[AgentSpec, ...]] = (AgentSpec("voter", count=5),)
+
+    async def run(self, ctx: CollaborationContext) -> str:
+        config = ctx.config
+        assert isinstance(config, VoteConfig)
+        style = config.style
+        if style == "auto":
+            style = "direct" if (config.answer is not None and config.max_tokens <= 32) else "reason"
+        choices = config.answer.choices if config.answer is not None else None
+        voters = await ctx.spawn_all(role="voter")
+        tally = Tally(total_voters=len(voters), choices=choices)
+        ctx.votes = {}
+        state: dict[str, Any] = {"decided": False}
+
+        async def cast(voter: Role) -> None:
+            answer_text = await self._vote(ctx, voter, style)
+            if answer_text is None or state["decided"]:
+                return
+            answer = ctx.normalize(answer_text)
+            voter.record.answer = answer
+            tally.add(answer)
+            ctx.votes = tally.as_dict()
+            await ctx.emit("vote", voter.agent, answer=answer, votes=ctx.votes, remaining=tally.remaining)
+            if config.early_stop and tally.remaining > 0 and tally.decided():
+                state["decided"] = True
+                ctx.early_stopped = True
+                for other in voters:
+                    if other.record.answer is None and other is not voter:
+                        await ctx.prune(other, "early_stop")
+
+        wave = config.wave or len(voters)
+        for start in range(0, len(voters), wave):
+            async with anyio.create_task_group() as tg:
+                for voter in voters[start : start + wave]:
+                    tg.start_soon(cast, voter)
+            if state["decided"]:
+                break
+        for voter in voters:  # voters never started (later waves) are pruned too
+            if voter.record.answer is None and voter.record.finish_reason not in ("pruned", "error"):
+                await ctx.prune(voter, "early_stop")
+        ctx.votes = tally.as_dict()
+        ctx.extra["style"] = style
+        return tally.leader()
+
+    async def _vote(self, ctx: CollaborationContext, voter: Role, style: str) -> str | None:
+        config = ctx.config
+        assert isinstance(config, VoteConfig)
+        spec = voter.spec
+        instructions = spec.instructions or _default_instructions(ctx, style)
+        prompt = ctx.prompt(spec, instructions=instructions)
+        if style == "direct":
+            done = await ctx.turn(voter, Turn(prompt, ctx.sampling(spec, max_tokens=config.answer_tokens, constrained=True), label="answer"))
+            return None if done.result is None or done.result.finish_reason == "abort" else done.text
+        first = await ctx.turn(voter, Turn(prompt, ctx.sampling(spec), label="reason"))
+        if first.result is None or first.result.finish_reason == "abort":
+            return None
+        if config.answer is None:
+            return _final_line(first.text)
+        # The answer step continues the voter's own handle: its reasoning is a cached prefix.
+        chat = voter.bridge.chat  # type: ignore[attr-defined]
+        base = chat.close_turn(first.result.handle)
+        cue = f"{ANSWER_CUE} one of: {', '.join(config.answer.choices)}." if config.answer.choices else ANSWER_CUE + ":"
+        prompt2 = ctx.prompt(spec, base=base, instructions=cue)
+        second = await ctx.turn(voter, Turn(prompt2, ctx.sampling(spec, max_tokens=config.answer_tokens, constrained=True), label="answer", priority=-1))
+        if second.result is None or second.result.finish_reason == "abort":
+            return None
+        voter.record.output = f"{clean_text(first.text)}\n{ANSWER_CUE}: {clean_text(second.text)}"
+        return second.text
+
+
+def _default_instructions(ctx: CollaborationContext, style: str) -> str:
+    answer = ctx.config.answer
+    if answer is not None and answer.choices:
+        options = ", ".join(answer.choices)
+        if style == "direct":
+            return f"Answer with exactly one of: {options}."
+        return f"Think step by step, briefly, then give your answer (one of: {options})."
+    if style == "direct":
+        return "Answer concisely."
+    return "Think step by step, briefly. End with a line 'Answer: <your answer>'."
+
+
+def _final_line(text: str) -> str:
+    return clean_text(text)

@@ -1,0 +1,31 @@
+"""The engine bridge: KV handles, chat composition, and the engines actors generate on.
+
+``VLLMBridge`` runs one in-process vLLM ``AsyncLLM`` per served model;
+``ScriptedEngine`` is the deterministic test double with vLLM's caching rules.
+"""
+
+from ._bridge import EngineBridge as EngineBridge
+from ._bridge import EngineRequest as EngineRequest
+from ._bridge import EngineStep as EngineStep
+from ._bridge import Generation as Generation
+from ._bridge import SchedulerSnapshot as SchedulerSnapshot
+from ._errors import EngineBridgeError as EngineBridgeError
+from ._errors import EngineDied as EngineDied
+from ._errors import EngineUnavailable as EngineUnavailable
+from ._errors import HandleMismatch as HandleMismatch
+from ._errors import ModelPreparationError as ModelPreparationError
+from ._errors import RequestRefused as RequestRefused
+from ._errors import UnknownAdapter as UnknownAdapter
+from ._handle import AdapterRef as AdapterRef
+from ._handle import KVHandle as KVHandle
+from ._types import EngineStats as EngineStats
+from ._types import FinishReason as FinishReason
+from ._types import GenerationResult as GenerationResult
+from ._types import Sampling as Sampling
+from ._types import Timings as Timings
+from ._types import TokenDelta as TokenDelta
+from ._chat import ChatComposer as ChatComposer
+from ._chat import ChatTemplate as ChatTemplate
+from ._chat import Message as Message
+from ._scripted import ScriptedEngine as ScriptedEngine
+from ._tokenizer import ToyTokenizer as ToyTokenizer

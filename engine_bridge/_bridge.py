@@ -1,0 +1,482 @@
+"""EngineBridge: the one interface actors use to generate on an engine.
+
+The base class owns everything that is the same for every engine — request
+ids, live-request tracking, abort on cancellation, token accounting, cache-miss
+detection against handles known to be resident — and leaves three hooks to the
+engine: ``_engine_steps`` (stream one request), ``_abort_engine`` and
+``_scheduler_snapshot``. ``VLLMBridge`` and ``ScriptedEngine`` implement them.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from types import TracebackType
+from typing import Self
+
+import anyio
+import attrs
+
+from ._errors import EngineDied, RequestRefused, UnknownAdapter
+from ._handle import AdapterRef, KVHandle
+from ._types import EngineStats, FinishReason, GenerationResult, Sampling, Timings, TokenDelta
+
+_RESIDENT_LIMIT = 8192
+
+
+@attrs.frozen
+class EngineRequest:
+    """What a bridge hands its engine: one prompt (its adapter included), one sampling."""
+
+    request_id: str
+    prompt: KVHandle
+    sampling: Sampling
+    priority: int = 0
+
+
+@attrs.frozen
+class EngineStep:
+    """One delta from an engine: new tokens, and the finish reason on the last step.
+
+    ``num_cached_tokens`` is reported by the engine with the first output.
+    """
+
+    token_ids: tuple[int, ...]
+    text: str
+    finish_reason: FinishReason | None = None
+    num_cached_tokens: int | None = None
+
+
+@attrs.frozen
+class SchedulerSnapshot:
+    """What the engine's scheduler last reported (through a per-engine stat logger)."""
+
+    running: int = 0
+    waiting: int = 0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    kv_cache_usage: float = 0.0
+    kv_cache_capacity_tokens: int = 0
+
+
+@attrs.define
+class _Counters:
+    started: int = 0
+    finished: int = 0
+    aborted: int = 0
+    failed: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    cache_misses: int = 0
+
+
+class Generation:
+    """One streaming engine request, used as ``async with bridge.stream(...) as gen``.
+
+    Iterate it for ``TokenDelta`` items; ``result`` is set when it finishes.
+    Leaving the block early — a ``break``, an exception, a cancelled task —
+    aborts the engine request, so no request outlives its consumer.
+    """
+
+    def __init__(self, bridge: EngineBridge, request: EngineRequest) -> None:
+        self._bridge = bridge
+        self.request = request
+        self.result: GenerationResult | None = None
+        self._steps: AsyncIterator[EngineStep] | None = None
+        self._output: list[int] = []
+        self._text: list[str] = []
+        self._cached: int | None = None
+        self._submitted = 0.0
+        self._first_token: float | None = None
+        self._entered = False
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    @property
+    def output_ids(self) -> tuple[int, ...]:
+        """Tokens generated so far."""
+        return tuple(self._output)
+
+    async def __aenter__(self) -> Self:
+        if self._entered:
+            raise RuntimeError("a Generation can be entered once")
+        self._entered = True
+        self._bridge._register(self)
+        self._submitted = self._bridge.clock()
+        self._steps = self._bridge._engine_steps(self.request)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                if self.result is None:
+                    if exc is not None and isinstance(exc, EngineDied):
+                        self._finish("error")
+                    else:
+                        await self._bridge._abort_engine(self.request_id)
+                        self._finish("abort")
+            finally:
+                steps, self._steps = self._steps, None
+                if steps is not None and hasattr(steps, "aclose"):
+                    try:
+                        await steps.aclose()
+                    except Exception:  # pragma: no cover - engine generator teardown
+                        pass
+                self._bridge._unregister(self)
+
+    def __aiter__(self) -> AsyncIterator[TokenDelta]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[TokenDelta]:
+        if self._steps is None:
+            raise RuntimeError("iterate a Generation inside `async with bridge.stream(...)`")
+        if self.result is not None:
+            return
+        async for step in self._steps:
+            if self._cached is None and step.num_cached_tokens is not None:
+                self._cached = step.num_cached_tokens
+            if step.token_ids:
+                if self._first_token is None:
+                    self._first_token = self._bridge.clock()
+                self._output.extend(step.token_ids)
+                self._text.append(step.text)
+                yield TokenDelta(self.request_id, tuple(step.token_ids), step.text)
+            if step.finish_reason is not None:
+                self._finish(step.finish_reason)
+                return
+        if self.result is None:  # the engine stream ended without a finish reason
+            self._finish("abort")
+
+    async def wait(self) -> GenerationResult:
+        """Consume the rest of the stream and return the result."""
+        async for _ in self:
+            pass
+        assert self.result is not None
+        return self.result
+
+    def _finish(self, reason: FinishReason) -> None:
+        if self.result is not None:
+            return
+        self.result = self._bridge._account(self, reason)
+
+
+class EngineBridge(abc.ABC):
+    """One served model: generation, handles, adapters, accounting.
+
+    Use it as an async context manager (``async with VLLMBridge(...) as bridge``).
+    Every method that talks to the engine is safe to call from many tasks at
+    once: requests are multiplexed on the one engine.
+    """
+
+    def __init__(self, model: str, *, block_size: int) -> None:
+        self.model = model
+        self.block_size = block_size
+        self.epoch = 0
+        self.restarts = 0
+        self._ids = itertools.count()
+        self._id_prefix = f"{model}-{id(self):x}"
+        self._live: dict[str, Generation] = {}
+        self._counters = _Counters()
+        # resident handle key -> how many of its tokens the engine computed (cached)
+        self._resident: OrderedDict[tuple[object, ...], int] = OrderedDict()
+        self._adapters: dict[str, AdapterRef] = {}
+        self._clock_origin = time.monotonic()
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.close()
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Start the engine (idempotent)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Abort live requests and stop the engine (idempotent)."""
+
+    def clock(self) -> float:
+        """Seconds since the bridge was made (the time base of ``Timings``)."""
+        return time.monotonic() - self._clock_origin
+
+    # -- tokens and handles ----------------------------------------------------------
+    @abc.abstractmethod
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text`` (no special tokens added)."""
+
+    @abc.abstractmethod
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        """Text of ``token_ids`` (special tokens kept)."""
+
+    async def atokenize(self, text: str) -> list[int]:
+        """``tokenize`` off the event loop, for long texts."""
+        if len(text) < 2048:
+            return self.tokenize(text)
+        return await anyio.to_thread.run_sync(self.tokenize, text)
+
+    def handle(self, token_ids: Iterable[int], *, adapter: str | AdapterRef | None = None) -> KVHandle:
+        """A handle of this model and epoch over ``token_ids`` (decodes lazily)."""
+        return KVHandle(
+            tuple(token_ids),
+            model=self.model,
+            adapter=self.resolve_adapter(adapter),
+            epoch=self.epoch,
+            decoder=self.detokenize,
+        )
+
+    # -- adapters --------------------------------------------------------------------
+    def register_adapter(self, name: str, path: str) -> AdapterRef:
+        """Make a LoRA adapter usable by name; re-registering the same path is a no-op."""
+        ref = AdapterRef(name, str(path))
+        old = self._adapters.get(name)
+        if old is not None and old != ref:
+            raise ValueError(f"adapter {name!r} is already registered with path {old.path!r}")
+        self._adapters[name] = ref
+        return ref
+
+    @property
+    def adapters(self) -> dict[str, AdapterRef]:
+        return dict(self._adapters)
+
+    def resolve_adapter(self, adapter: str | AdapterRef | None) -> AdapterRef | None:
+        if adapter is None or isinstance(adapter, AdapterRef):
+            if isinstance(adapter, AdapterRef) and adapter.name not in self._adapters:
+                raise UnknownAdapter(adapter.name, tuple(self._adapters))
+            return adapter
+        try:
+            return self._adapters[adapter]
+        except KeyError:
+            raise UnknownAdapter(adapter, tuple(self._adapters)) from None
+
+    # -- generation ------------------------------------------------------------------
+    def check_request(self, prompt: KVHandle, sampling: Sampling) -> None:
+        """Refuse requests the engine cannot serve safely (override to add rules).
+
+        Raises:
+            RequestRefused: naming the field at fault.
+        """
+        if prompt.model != self.model:
+            raise RequestRefused("prompt", f"handle of model {prompt.model!r} sent to {self.model!r}")
+        if not prompt.token_ids:
+            raise RequestRefused("prompt", "empty prompt")
+
+    def stream(
+        self,
+        prompt: KVHandle,
+        sampling: Sampling,
+        *,
+        adapter: str | AdapterRef | None = None,
+        priority: int = 0,
+        request_id: str | None = None,
+    ) -> Generation:
+        """Start one generation; use as ``async with bridge.stream(...) as gen``.
+
+        Args:
+            prompt: the prompt handle (its adapter is used unless ``adapter`` is given).
+            sampling: how to sample.
+            adapter: run under this registered LoRA adapter.
+            priority: engine priority; lower runs first (vLLM convention), 0 is normal.
+            request_id: an id of your own (unique among live requests).
+        """
+        if adapter is not None:
+            prompt = prompt.with_adapter(self.resolve_adapter(adapter))
+        elif prompt.adapter is not None:
+            self.resolve_adapter(prompt.adapter)
+        self.check_request(prompt, sampling)
+        rid = request_id or f"{self._id_prefix}-{next(self._ids)}"
+        if rid in self._live:
+            raise RequestRefused("request_id", f"{rid!r} is already running")
+        return Generation(self, EngineRequest(rid, prompt, sampling, priority))
+
+    async def generate(
+        self,
+        prompt: KVHandle,
+        sampling: Sampling,
+        *,
+        adapter: str | AdapterRef | None = None,
+        priority: int = 0,
+        request_id: str | None = None,
+        on_delta: Callable[[TokenDelta], Awaitable[None] | None] | None = None,
+    ) -> GenerationResult:
+        """Run one generation to the end and return its result (deltas to ``on_delta``)."""
+        async with self.stream(
+            prompt, sampling, adapter=adapter, priority=priority, request_id=request_id
+        ) as gen:
+            async for delta in gen:
+                if on_delta is not None:
+                    maybe = on_delta(delta)
+                    if maybe is not None:
+                        await maybe
+            assert gen.result is not None
+            return gen.result
+
+    async def warm(self, handle: KVHandle, *, priority: int = 0) -> GenerationResult:
+        """Prefill ``handle`` into the prefix cache (a one-token generation).
+
+        Use it for forks that start at different times, or after a miss: forks
+        that start together already share one prefill inside vLLM.
+        """
+        return await self.generate(handle, Sampling(max_tokens=1), priority=priority)
+
+    async def abort(self, request_id: str) -> bool:
+        """Abort a live request; returns whether it was live. Its consumer sees ``abort``."""
+        gen = self._live.get(request_id)
+        await self._abort_engine(request_id)
+        if gen is None:
+            return False
+        gen._finish("abort")
+        return True
+
+    def live_requests(self) -> frozenset[str]:
+        """Ids of the requests this bridge started that have not finished."""
+        return frozenset(self._live)
+
+    def stats(self) -> EngineStats:
+        snap = self._scheduler_snapshot()
+        c = self._counters
+        return EngineStats(
+            model=self.model,
+            epoch=self.epoch,
+            restarts=self.restarts,
+            scheduler_running=snap.running,
+            scheduler_waiting=snap.waiting,
+            prefix_cache_queries=snap.prefix_cache_queries,
+            prefix_cache_hits=snap.prefix_cache_hits,
+            kv_cache_usage=snap.kv_cache_usage,
+            kv_cache_capacity_tokens=snap.kv_cache_capacity_tokens,
+            block_size=self.block_size,
+            requests_started=c.started,
+            requests_finished=c.finished,
+            requests_aborted=c.aborted,
+            requests_failed=c.failed,
+            requests_live=len(self._live),
+            prompt_tokens=c.prompt_tokens,
+            cached_tokens=c.cached_tokens,
+            completion_tokens=c.completion_tokens,
+            cache_misses=c.cache_misses,
+        )
+
+    async def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Wait until no request is live here *and* the scheduler reports none running."""
+        with anyio.move_on_after(timeout):
+            while self._live or self._scheduler_snapshot().running:
+                await anyio.sleep(0.01)
+            return True
+        return False
+
+    def expected_cached_tokens(self, prompt: KVHandle) -> tuple[int, bool]:
+        """How many prompt tokens should come from cache, and whether a miss is certain.
+
+        A prompt extending a handle this engine epoch produced (or warmed) should
+        hit every full block of that handle (the last prompt token is always
+        recomputed). A handle of an older epoch was resident before a restart:
+        its first use recomputes and counts as a miss.
+        """
+        block = self.block_size
+        limit = (len(prompt) - 1) // block * block
+        for node in prompt.lineage():
+            if node.adapter != prompt.adapter:  # other adapters never share blocks
+                continue
+            if node.epoch != self.epoch:
+                if len(node) >= block:
+                    return min(len(node) // block * block, limit), True
+                continue
+            computed = self._resident.get(self._key(node))
+            if computed is not None:
+                self._resident.move_to_end(self._key(node))
+                return min(computed // block * block, limit), False
+        return 0, False
+
+    # -- engine hooks ------------------------------------------------------------------
+    @abc.abstractmethod
+    def _engine_steps(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
+        """Submit ``request`` and yield its deltas; raise ``EngineDied`` if the engine dies."""
+
+    @abc.abstractmethod
+    async def _abort_engine(self, request_id: str) -> None:
+        """Abort ``request_id`` in the engine (a no-op when it is not running)."""
+
+    @abc.abstractmethod
+    def _scheduler_snapshot(self) -> SchedulerSnapshot:
+        """The engine's scheduler stats as last reported for the current engine."""
+
+    # -- bookkeeping (used by Generation) ----------------------------------------------
+    @staticmethod
+    def _key(handle: KVHandle) -> tuple[object, ...]:
+        return (handle.token_ids, handle.adapter, handle.epoch)
+
+    def _register(self, gen: Generation) -> None:
+        self._live[gen.request_id] = gen
+        self._counters.started += 1
+
+    def _unregister(self, gen: Generation) -> None:
+        self._live.pop(gen.request_id, None)
+
+    def _remember_resident(self, handle: KVHandle, computed: int | None = None) -> None:
+        key = self._key(handle)
+        self._resident[key] = len(handle) if computed is None else computed
+        self._resident.move_to_end(key)
+        while len(self._resident) > _RESIDENT_LIMIT:
+            self._resident.popitem(last=False)
+
+    def _account(self, gen: Generation, reason: FinishReason) -> GenerationResult:
+        request = gen.request
+        prompt = request.prompt
+        out = tuple(gen._output)
+        expected, certain_miss = self.expected_cached_tokens(prompt)
+        cached = gen._cached or 0
+        miss = certain_miss or cached < expected
+        c = self._counters
+        if reason == "abort":
+            c.aborted += 1
+        elif reason == "error":
+            c.failed += 1
+        else:
+            c.finished += 1
+        c.prompt_tokens += len(prompt)
+        c.cached_tokens += cached
+        c.completion_tokens += len(out)
+        if miss:
+            c.cache_misses += 1
+        handle = attrs.evolve(prompt.extend(out), epoch=self.epoch)
+        if reason in ("stop", "length"):
+            self._remember_resident(attrs.evolve(prompt, epoch=self.epoch))
+            # the last sampled token is never fed back: its KV is not computed
+            self._remember_resident(handle, len(handle) - 1 if out else len(handle))
+        now = self.clock()
+        return GenerationResult(
+            request_id=request.request_id,
+            prompt=prompt,
+            handle=handle,
+            output_ids=out,
+            text="".join(gen._text),
+            finish_reason=reason,
+            prompt_tokens=len(prompt),
+            cached_tokens=cached,
+            completion_tokens=len(out),
+            cache_miss=miss,
+            expected_cached_tokens=expected,
+            timings=Timings(gen._submitted, gen._first_token, now),
+            adapter=prompt.adapter.name if prompt.adapter else None,
+            priority=request.priority,
+        )

@@ -1,0 +1,56 @@
+"""Typed errors of the engine bridge; each carries the context needed to act on it."""
+
+from __future__ import annotations
+
+
+class EngineBridgeError(Exception):
+    """Base class of every error raised by an engine bridge."""
+
+
+class EngineDied(EngineBridgeError):
+    """The engine process died while a request was in flight.
+
+    The bridge restarts the engine (bounded attempts); ``epoch`` is the epoch
+    of the engine that died, so callers can tell which handles were affected.
+    """
+
+    def __init__(self, cause: BaseException | str, epoch: int) -> None:
+        self.cause = cause
+        self.epoch = epoch
+        super().__init__(f"engine (epoch {epoch}) died: {cause!r}")
+
+
+class EngineUnavailable(EngineBridgeError):
+    """The engine could not be (re)started within the configured attempts."""
+
+
+class RequestRefused(EngineBridgeError, ValueError):
+    """A request was refused before reaching the engine (it would be invalid or unsafe).
+
+    ``field`` names the offending input (``"seed"``, ``"max_tokens"``, ``"prompt"``…).
+    """
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+
+class ModelPreparationError(EngineBridgeError):
+    """A model could not be resolved or prepared (missing package, bad path, conversion failed)."""
+
+
+class UnknownAdapter(EngineBridgeError, KeyError):
+    """A LoRA adapter name was used that was never registered with the bridge."""
+
+    def __init__(self, name: str, known: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.known = known
+        super().__init__(f"unknown adapter {name!r}; registered: {list(known)}")
+
+    def __str__(self) -> str:  # KeyError quotes its message otherwise
+        return str(self.args[0])
+
+
+class HandleMismatch(EngineBridgeError, ValueError):
+    """Two handles cannot be combined (other model, other adapter, not an ancestor…)."""

@@ -1,0 +1,140 @@
+"""KVHandle: an immutable reference to a token sequence in the engine's prefix cache.
+
+Actors pass handles, never text: a handle's tokens are spliced into the next
+prompt exactly as the engine produced them, so the engine serves them from its
+prefix cache. Identity is (token ids, model, adapter, engine epoch); lineage
+(``parent``) says which handle this one extends, and ``since(ancestor)`` gives
+the segment added over it — what gets spliced into another role's prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from functools import cached_property
+
+import attrs
+
+from ._errors import HandleMismatch
+
+
+@attrs.frozen
+class AdapterRef:
+    """A LoRA adapter known to a bridge: vLLM keys cached blocks by name *and* path."""
+
+    name: str
+    path: str
+
+
+Decoder = Callable[[Sequence[int]], str]
+
+
+@attrs.frozen(eq=False, repr=False)
+class KVHandle:
+    """A token-id sequence that the engine has (or had) in its prefix cache.
+
+    Attributes:
+        token_ids: the exact token ids, never re-tokenized.
+        model: the served model name the tokens belong to.
+        adapter: the LoRA adapter whose KV the tokens are cached under, or None.
+        epoch: the engine epoch the handle was made in (bumped on engine restart).
+        parent: the handle this one extends, if any (lineage, not identity).
+    """
+
+    token_ids: tuple[int, ...] = attrs.field(converter=tuple)
+    model: str
+    adapter: AdapterRef | None = None
+    epoch: int = 0
+    parent: KVHandle | None = None
+    decoder: Decoder | None = attrs.field(default=None, kw_only=True)
+
+    # -- identity --------------------------------------------------------------
+    def _key(self) -> tuple[object, ...]:
+        return (self.token_ids, self.model, self.adapter, self.epoch)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, KVHandle):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def __repr__(self) -> str:
+        adapter = f", adapter={self.adapter.name!r}" if self.adapter else ""
+        return f"KVHandle({len(self.token_ids)} tokens, model={self.model!r}{adapter}, epoch={self.epoch})"
+
+    # -- text (lazy) -------------------------------------------------------------
+    @cached_property
+    def text(self) -> str:
+        """The tokens decoded to text (computed once, on first use)."""
+        if self.decoder is None:
+            raise HandleMismatch("this handle has no decoder; decode it with bridge.detokenize()")
+        return self.decoder(self.token_ids)
+
+    # -- building ----------------------------------------------------------------
+    def extend(self, tokens: Iterable[int] | KVHandle) -> KVHandle:
+        """A new handle: these tokens followed by ``tokens`` (ids, or another handle's ids).
+
+        Extending by a handle requires the same model (token ids mean nothing across
+        tokenizers; cross-model hand-offs go through an explicit re-tokenization).
+        """
+        if isinstance(tokens, KVHandle):
+            if tokens.model != self.model:
+                raise HandleMismatch(
+                    f"cannot splice a {tokens.model!r} handle into a {self.model!r} handle; "
+                    "re-tokenize explicitly (bridge.retokenize) to cross models"
+                )
+            extra: tuple[int, ...] = tokens.token_ids
+        else:
+            extra = tuple(int(t) for t in tokens)
+        return attrs.evolve(self, token_ids=self.token_ids + extra, parent=self)
+
+    def with_adapter(self, adapter: AdapterRef | None) -> KVHandle:
+        """The same tokens, cached under another adapter (no KV is shared across adapters)."""
+        return attrs.evolve(self, adapter=adapter, parent=self.parent)
+
+    def with_epoch(self, epoch: int) -> KVHandle:
+        """The same tokens, claimed for another engine epoch (after a restart)."""
+        return attrs.evolve(self, epoch=epoch)
+
+    # -- lineage -------------------------------------------------------------------
+    def is_prefix_of(self, other: KVHandle | Sequence[int]) -> bool:
+        """Whether these tokens are an exact prefix of ``other``'s tokens."""
+        ids = other.token_ids if isinstance(other, KVHandle) else tuple(other)
+        n = len(self.token_ids)
+        return len(ids) >= n and tuple(ids[:n]) == self.token_ids
+
+    def since(self, ancestor: KVHandle | None) -> tuple[int, ...]:
+        """The tokens added over ``ancestor`` (all tokens when it is None).
+
+        Raises:
+            HandleMismatch: ``ancestor``'s tokens are not a prefix of these.
+        """
+        if ancestor is None:
+            return self.token_ids
+        if not ancestor.is_prefix_of(self):
+            raise HandleMismatch(f"{ancestor!r} is not a prefix of {self!r}")
+        return self.token_ids[len(ancestor.token_ids) :]
+
+    def segment(self, ancestor: KVHandle | None) -> KVHandle:
+        """``since(ancestor)`` as a handle of its own (to splice into another prompt)."""
+        return KVHandle(
+            self.since(ancestor),
+            model=self.model,
+            adapter=self.adapter,
+            epoch=self.epoch,
+            parent=None,
+            decoder=self.decoder,
+        )
+
+    def lineage(self) -> list[KVHandle]:
+        """This handle and its ancestors, newest first."""
+        out: list[KVHandle] = []
+        node: KVHandle | None = self
+        while node is not None:
+            out.append(node)
+            node = node.parent
+        return out

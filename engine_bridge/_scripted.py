@@ -1,0 +1,488 @@
+"""ScriptedEngine: a deterministic in-process engine with vLLM's prefix-caching rules.
+
+It is the test double of the engine bridge, and a product feature: users test
+their own actors and collaborations against it, on any anyio backend, with no
+model and (under trio's ``MockClock(autojump_threshold=0)``) no wall time.
+
+Cache rules (those of vLLM v1, see DESIGN.md):
+
+* The KV pool has ``num_blocks`` blocks of ``block_size`` tokens.
+* Only FULL blocks are cached, keyed by a chained hash
+  ``hash(parent hash, block tokens, adapter name + path)``: a block hits only
+  when the whole prefix before it hits, and different adapters never share.
+* The last prompt token is always recomputed: at most
+  ``(len(prompt) - 1) // block_size`` blocks of a prompt are served from cache.
+* Blocks computed while decoding are cached too. The last sampled token is
+  never fed back, so a finished request leaves the full blocks of its
+  ``prompt + output[:-1]`` tokens in the cache.
+* Blocks of finished requests stay cached, unreferenced, in LRU order (a
+  request's tail blocks before its head blocks); a request that needs a block
+  takes an empty one first, else evicts the least recently used.
+* A request's blocks are registered when its prefill completes; a request that
+  arrives while another is prefilling the same prefix waits for it and counts
+  those blocks as cached (vLLM shares a prefix between concurrent cold requests
+  the same way). Requests wait (``scheduler_waiting``) while ``max_num_seqs``
+  are running or the pool cannot hold their prompt. The double never preempts:
+  when concurrent requests exhaust the pool while decoding, the blocks that do
+  not fit are simply not cached.
+* ``num_cached_tokens`` comes with a request's first output step.
+
+Outputs are scripted (``script``) or seeded pseudo-random words, end with the
+end-of-turn token on ``"stop"`` (as vLLM's token ids do) and respect
+``max_tokens`` (``"length"``, no end-of-turn token), ``choices`` and ``stop``
+strings; ``regex``, ``top_p`` and ``top_k`` are ignored. Latency is anyio
+sleeps (``prefill_time_per_token``, ``decode_time_per_token``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Literal
+
+import anyio
+import attrs
+
+from ._bridge import EngineBridge, EngineRequest, EngineStep, SchedulerSnapshot
+from ._chat import ChatComposer, ChatTemplate
+from ._errors import EngineDied, EngineUnavailable, RequestRefused
+from ._handle import AdapterRef, KVHandle
+from ._tokenizer import IM_END, ToyTokenizer
+from ._types import FinishReason, Sampling
+
+ScriptReply = str | Sequence[int] | None
+ScriptFn = Callable[[tuple[int, ...], EngineRequest], ScriptReply]
+Script = ScriptFn | Sequence[str] | Mapping[str, str]
+
+WORDS: tuple[str, ...] = (
+    "the", "agent", "answer", "is", "yes", "no", "maybe", "because", "we", "think",
+    "it", "works", "cache", "token", "block", "plan", "review", "vote", "fine", "so",
+    "first", "then", "check", "result", "correct", "wrong", "step", "one", "two", "three",
+)  # fmt: skip
+
+
+class _Aborted(Exception):
+    """Internal: the request was aborted while waiting."""
+
+
+def _block_hash(parent: int | None, tokens: tuple[int, ...], adapter: AdapterRef | None) -> int:
+    return hash((parent, tokens, None if adapter is None else (adapter.name, adapter.path)))
+
+
+@attrs.define(eq=False)
+class _Request:
+    request: EngineRequest
+    epoch: int
+    state: Literal["waiting", "running", "done"] = "waiting"
+    blocks: list[int | None] = attrs.Factory(list)  # per block: its hash once cached, else None
+    hashes: list[int] = attrs.Factory(list)  # chained hashes of the full computed blocks
+    full: list[int] = attrs.Factory(list)  # chained hashes of the prompt's full blocks
+    pending: list[int] = attrs.Factory(list)  # hashes this request is prefilling
+    cache_full: bool = False
+    cached: int | None = None
+    scope: anyio.CancelScope | None = None
+    aborted: bool = False
+    died: tuple[BaseException | str, int] | None = None
+
+
+class ScriptedEngine(EngineBridge):
+    """A deterministic in-process engine with vLLM's prefix-caching semantics.
+
+    Use it like any bridge: ``async with ScriptedEngine() as engine: ...``.
+
+    Args:
+        model: the served model name handles carry.
+        script: where outputs come from, given the prompt ids and the request:
+            a callable returning text, token ids, or None (seeded output); a
+            sequence of canned replies (used in request order, cycling); or a
+            mapping from a substring of the decoded prompt to the reply (first
+            match wins, no match: seeded output).
+        seed: seeds the pseudo-random outputs (with the prompt ids, and the
+            request's own seed, or a per-request counter when temperature > 0).
+        block_size: tokens per KV block.
+        num_blocks: KV blocks in the pool.
+        max_num_seqs: requests running at once; others wait.
+        prefill_time_per_token: virtual seconds per computed prompt token.
+        decode_time_per_token: virtual seconds per generated token.
+        reply_words: (min, max) words of a seeded reply.
+    """
+
+    def __init__(
+        self,
+        model: str = "scripted",
+        *,
+        script: Script | None = None,
+        seed: int = 0,
+        block_size: int = 16,
+        num_blocks: int = 1024,
+        max_num_seqs: int = 256,
+        prefill_time_per_token: float = 0.0,
+        decode_time_per_token: float = 0.0,
+        reply_words: tuple[int, int] = (4, 24),
+    ) -> None:
+        super().__init__(model, block_size=block_size)
+        if block_size < 1 or num_blocks < 1 or max_num_seqs < 1:
+            raise ValueError("block_size, num_blocks and max_num_seqs must be >= 1")
+        self.script = script
+        self.seed = seed
+        self.num_blocks = num_blocks
+        self.max_num_seqs = max_num_seqs
+        self.prefill_time_per_token = prefill_time_per_token
+        self.decode_time_per_token = decode_time_per_token
+        self.reply_words = reply_words
+        self.tokenizer = ToyTokenizer(words=[f" {w}" for w in WORDS] + [*WORDS, "."])
+        self.eot_token_id = self.tokenizer.token_id(IM_END)
+        self.chat = ChatComposer(ChatTemplate.chatml(self.tokenize, self.eot_token_id), self)
+        self.history: list[EngineRequest] = []
+        self._open = False
+        self._fail_next: BaseException | str | None = None
+        self._requests: dict[str, _Request] = {}
+        self._sampled = itertools.count()
+        self._canned = itertools.count()
+        self._pool_changed: anyio.Event | None = None
+        self._reset_pool()
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def open(self) -> None:
+        """Start the engine (idempotent)."""
+        self._open = True
+
+    async def close(self) -> None:
+        """Abort live requests and stop the engine (idempotent)."""
+        for rid in list(self._live):
+            await self.abort(rid)
+        for rid in list(self._requests):
+            await self._abort_engine(rid)
+        self._open = False
+
+    def kill(self, cause: BaseException | str = "killed") -> None:
+        """Simulate the engine dying, then restart it at once.
+
+        Every in-flight request raises ``EngineDied(cause, old_epoch)`` in its
+        consumer; the new engine has ``epoch + 1`` and an empty cache, so old
+        handles still work and their first use is a miss.
+        """
+        old = self.epoch
+        for st in self._requests.values():
+            if st.died is None and st.state != "done":
+                st.died = (cause, old)
+                if st.scope is not None:
+                    st.scope.cancel()
+        self.epoch += 1
+        self.restarts += 1
+        self._reset_pool()
+
+    def fail_next(self, cause: BaseException | str = "scripted failure") -> None:
+        """Make the next request kill the engine (like vLLM's seeded chunked-prefill crash)."""
+        self._fail_next = cause
+
+    # -- tokens ------------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text`` with the toy tokenizer (reversible, special tokens parsed)."""
+        return self.tokenizer.encode(text)
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        """Text of ``token_ids`` (special tokens kept)."""
+        return self.tokenizer.decode(token_ids)
+
+    # -- requests ----------------------------------------------------------------------
+    def check_request(self, prompt: KVHandle, sampling: Sampling) -> None:
+        """Refuse what the engine could never run: closed engine, prompt larger than the pool."""
+        super().check_request(prompt, sampling)
+        if not self._open:
+            raise EngineUnavailable("the ScriptedEngine is not open; use `async with ScriptedEngine()`")
+        bs = self.block_size
+        if -(-len(prompt) // bs) > self.num_blocks:
+            raise RequestRefused("prompt", f"{len(prompt)} tokens exceed the KV pool ({self.num_blocks} blocks of {bs})")
+        if -(-(len(prompt) + sampling.max_tokens) // bs) > self.num_blocks:
+            raise RequestRefused(
+                "max_tokens",
+                f"prompt ({len(prompt)}) + max_tokens ({sampling.max_tokens}) exceed the KV pool "
+                f"({self.num_blocks} blocks of {bs} tokens)",
+            )
+
+    def resident_tokens(self, handle: KVHandle) -> int:
+        """How many leading tokens of ``handle`` sit in the cache now (full blocks, no hit limit)."""
+        if handle.epoch != self.epoch:
+            return 0
+        n = 0
+        for h in self._hashes(handle.token_ids, handle.adapter, len(handle) // self.block_size):
+            if h not in self._refs:
+                break
+            n += self.block_size
+        return n
+
+    @property
+    def cached_blocks(self) -> int:
+        """Blocks holding a cached (hashed) prefix, referenced or not."""
+        return len(self._refs)
+
+    # -- engine hooks ------------------------------------------------------------------
+    async def _engine_steps(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
+        st = _Request(request, self.epoch)
+        self._requests[request.request_id] = st
+        self.history.append(request)
+        if self._fail_next is not None:
+            cause, self._fail_next = self._fail_next, None
+            self.kill(cause)
+        try:
+            try:
+                await self._admit(st)
+                await self._prefill(st)
+                ids, finish = self._plan(request)
+                n = len(request.prompt)
+                for k, tok in enumerate(ids):
+                    if k:
+                        await self._decode(st, n + k - 1, request.prompt.token_ids + ids[:k])
+                    last = k == len(ids) - 1
+                    yield EngineStep(
+                        (tok,),
+                        self.detokenize((tok,)),
+                        finish if last else None,
+                        st.cached if k == 0 else None,
+                    )
+                    self._interrupted(st)
+            except _Aborted:
+                yield EngineStep((), "", "abort", st.cached)
+        finally:
+            self._retire(st)
+            self._requests.pop(request.request_id, None)
+
+    async def _abort_engine(self, request_id: str) -> None:
+        st = self._requests.get(request_id)
+        if st is None or st.state == "done":
+            return
+        st.aborted = True
+        if st.scope is not None:
+            st.scope.cancel()
+        self._retire(st)
+
+    def _scheduler_snapshot(self) -> SchedulerSnapshot:
+        current = [st for st in self._requests.values() if st.epoch == self.epoch]
+        return SchedulerSnapshot(
+            running=sum(st.state == "running" for st in current),
+            waiting=sum(st.state == "waiting" for st in current),
+            prefix_cache_queries=self._queries,
+            prefix_cache_hits=self._hits,
+            kv_cache_usage=(self.num_blocks - self._empty - len(self._lru)) / self.num_blocks,
+            kv_cache_capacity_tokens=self.num_blocks * self.block_size,
+        )
+
+    # -- scheduling --------------------------------------------------------------------
+    async def _admit(self, st: _Request) -> None:
+        prompt = st.request.prompt
+        n, bs = len(prompt), self.block_size
+        hashes = self._hashes(prompt.token_ids, prompt.adapter, n // bs)
+        limit = (n - 1) // bs
+        while True:
+            self._interrupted(st)
+            hits = 0
+            while hits < limit and hashes[hits] in self._refs:
+                hits += 1
+            if hits < limit and hashes[hits] in self._pending:
+                await self._pause(st, event=self._pending[hashes[hits]])
+                continue
+            need = -(-n // bs) - hits
+            in_lru = sum(self._refs[h] == 0 for h in hashes[:hits])
+            running = sum(s.state == "running" and s.epoch == self.epoch for s in self._requests.values())
+            if running < self.max_num_seqs and self._empty + len(self._lru) - in_lru >= need:
+                break
+            await self._pause(st, event=self._pool_event())
+        st.state = "running"
+        for h in hashes[:hits]:
+            self._ref(h)
+            st.blocks.append(h)
+        for _ in range(need):
+            self._take()
+            st.blocks.append(None)
+        for h in hashes[hits:]:
+            if h not in self._refs and h not in self._pending:
+                self._pending[h] = anyio.Event()
+                st.pending.append(h)
+        st.hashes = hashes[:hits]
+        st.cached = hits * bs
+        self._queries += n
+        self._hits += st.cached
+        st.full = hashes
+
+    async def _prefill(self, st: _Request) -> None:
+        full = st.full
+        computed = len(st.request.prompt) - (st.cached or 0)
+        await self._pause(st, seconds=computed * self.prefill_time_per_token)
+        for i in range(len(st.hashes), len(full)):
+            self._cache_block(st, i, full[i])
+        self._resolve_pending(st)
+
+    async def _decode(self, st: _Request, pos: int, tokens: tuple[int, ...]) -> None:
+        """Compute the token at ``pos`` (the one sampled last step): allocate, cache full blocks."""
+        await self._pause(st, seconds=self.decode_time_per_token)
+        bs = self.block_size
+        if st.cache_full:
+            return
+        if pos % bs == 0:
+            if self._empty + len(self._lru) == 0:
+                st.cache_full = True
+                return
+            self._take()
+            st.blocks.append(None)
+        if (pos + 1) % bs == 0:
+            parent = st.hashes[-1] if st.hashes else None
+            block = pos // bs
+            self._cache_block(st, block, _block_hash(parent, tokens[block * bs : pos + 1], st.request.prompt.adapter))
+
+    def _plan(self, request: EngineRequest) -> tuple[tuple[int, ...], FinishReason]:
+        """The whole output of ``request`` (ids) and how it ends."""
+        s = request.sampling
+        raw = self._scripted(request)
+        if s.choices is not None:
+            if raw is None:
+                text = s.choices[self._rng(request).randrange(len(s.choices))]
+            else:
+                text = raw if isinstance(raw, str) else self.detokenize(raw)
+                if text not in s.choices:
+                    raise ValueError(f"script reply {text!r} is not one of the choices {s.choices}")
+            ids = tuple(self.tokenize(text))
+        elif raw is None:
+            rng = self._rng(request)
+            lo, hi = self.reply_words
+            words = [rng.choice(WORDS) for _ in range(rng.randint(lo, hi))]
+            ids = tuple(self.tokenize(" ".join(words) + "."))
+        elif isinstance(raw, str):
+            ids = tuple(self.tokenize(raw))
+        else:
+            ids = tuple(int(t) for t in raw)
+        stopped = False
+        if s.stop:
+            for i in range(len(ids)):
+                if any(stop in self.detokenize(ids[: i + 1]) for stop in s.stop):
+                    ids, stopped = ids[: i + 1], True
+                    break
+        if not stopped and (not ids or ids[-1] != self.eot_token_id):
+            ids = (*ids, self.eot_token_id)
+        if len(ids) > s.max_tokens:
+            return ids[: s.max_tokens], "length"
+        return ids, "stop"
+
+    def _scripted(self, request: EngineRequest) -> ScriptReply:
+        script = self.script
+        prompt = request.prompt.token_ids
+        if script is None:
+            return None
+        if callable(script):
+            return script(prompt, request)
+        if isinstance(script, Mapping):
+            decoded = self.detokenize(prompt)
+            for key, reply in script.items():
+                if key in decoded:
+                    return reply
+            return None
+        if not script:
+            return None
+        return script[next(self._canned) % len(script)]
+
+    def _rng(self, request: EngineRequest) -> random.Random:
+        s = request.sampling
+        salt: object = s.seed if s.seed is not None else (next(self._sampled) if s.temperature > 0 else None)
+        digest = hashlib.blake2b(repr((self.seed, request.prompt.token_ids, salt)).encode(), digest_size=8)
+        return random.Random(int.from_bytes(digest.digest(), "big"))
+
+    # -- the block pool ----------------------------------------------------------------
+    def _reset_pool(self) -> None:
+        pending = getattr(self, "_pending", {})
+        for event in pending.values():
+            event.set()
+        self._empty = self.num_blocks
+        self._refs: dict[int, int] = {}  # cached block hash -> running requests using it
+        self._lru: OrderedDict[int, None] = OrderedDict()  # unreferenced cached blocks, LRU first
+        self._pending: dict[int, anyio.Event] = {}
+        self._queries = 0
+        self._hits = 0
+        self._notify()
+
+    def _hashes(self, tokens: Sequence[int], adapter: AdapterRef | None, count: int) -> list[int]:
+        out: list[int] = []
+        parent: int | None = None
+        bs = self.block_size
+        for i in range(count):
+            parent = _block_hash(parent, tuple(tokens[i * bs : (i + 1) * bs]), adapter)
+            out.append(parent)
+        return out
+
+    def _ref(self, h: int) -> None:
+        if self._refs[h] == 0:
+            del self._lru[h]
+        self._refs[h] += 1
+
+    def _take(self) -> None:
+        """Take a block for a request: an empty one, else evict the least recently used."""
+        if self._empty:
+            self._empty -= 1
+            return
+        h, _ = self._lru.popitem(last=False)
+        del self._refs[h]
+
+    def _cache_block(self, st: _Request, index: int, h: int) -> None:
+        """Block ``index`` of ``st`` is full and computed: cache it (unless a twin is cached)."""
+        st.hashes.append(h)
+        if h not in self._refs:
+            self._refs[h] = 1
+            st.blocks[index] = h
+
+    def _resolve_pending(self, st: _Request) -> None:
+        for h in st.pending:
+            event = self._pending.pop(h, None)
+            if event is not None:
+                event.set()
+        st.pending.clear()
+
+    def _retire(self, st: _Request) -> None:
+        """Release a finished/aborted request's blocks (tail first into the LRU)."""
+        if st.state == "done":
+            return
+        st.state = "done"
+        if st.epoch != self.epoch:
+            return
+        self._resolve_pending(st)
+        for h in reversed(st.blocks):
+            if h is None:
+                self._empty += 1
+                continue
+            self._refs[h] -= 1
+            if self._refs[h] == 0:
+                self._lru[h] = None
+        st.blocks.clear()
+        self._notify()
+
+    def _pool_event(self) -> anyio.Event:
+        if self._pool_changed is None:
+            self._pool_changed = anyio.Event()
+        return self._pool_changed
+
+    def _notify(self) -> None:
+        event, self._pool_changed = self._pool_changed, None
+        if event is not None:
+            event.set()
+
+    # -- interruption ------------------------------------------------------------------
+    async def _pause(self, st: _Request, *, seconds: float = 0.0, event: anyio.Event | None = None) -> None:
+        """Sleep or wait, woken early by an abort or the engine dying."""
+        with anyio.CancelScope() as scope:
+            st.scope = scope
+            if st.aborted or st.died is not None:
+                scope.cancel()
+            if event is not None:
+                await event.wait()
+            else:
+                await anyio.sleep(seconds)
+        st.scope = None
+        self._interrupted(st)
+
+    def _interrupted(self, st: _Request) -> None:
+        if st.died is not None:
+            cause, epoch = st.died
+            raise EngineDied(cause, epoch)
+        if st.aborted:
+            raise _Aborted

@@ -1,0 +1,149 @@
+"""Data passed to and from an engine bridge: sampling, deltas, results, statistics."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from ._handle import KVHandle
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+
+
+def _non_negative(_: object, attribute: attrs.Attribute[object], value: object) -> None:
+    if value is not None and isinstance(value, int | float) and value < 0:
+        raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
+
+
+@attrs.frozen
+class Sampling:
+    """How to sample one generation (a subset of vLLM's SamplingParams that actors need).
+
+    ``choices`` / ``regex`` constrain the output with the engine's structured outputs.
+    ``seed`` makes a sampled request reproducible (the bridge refuses or neutralises
+    seeds where the engine cannot honour them safely; see DESIGN.md).
+    """
+
+    max_tokens: int = attrs.field(default=256, validator=_non_negative)
+    temperature: float = attrs.field(default=0.0, validator=_non_negative)
+    top_p: float = 1.0
+    top_k: int | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    choices: tuple[str, ...] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(tuple)
+    )
+    regex: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.choices is not None and self.regex is not None:
+            raise ValueError("give choices or regex, not both")
+        if self.choices is not None and not self.choices:
+            raise ValueError("choices must not be empty")
+
+
+@attrs.frozen
+class TokenDelta:
+    """New tokens of a running generation (engine ``output_kind=DELTA``)."""
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    text: str
+
+
+@attrs.frozen
+class Timings:
+    """Wall-clock marks of one request (seconds since the bridge's clock origin)."""
+
+    submitted: float
+    first_token: float | None
+    finished: float
+
+    @property
+    def queue_and_prefill(self) -> float | None:
+        return None if self.first_token is None else self.first_token - self.submitted
+
+    @property
+    def decode(self) -> float | None:
+        return None if self.first_token is None else self.finished - self.first_token
+
+    @property
+    def total(self) -> float:
+        return self.finished - self.submitted
+
+
+@attrs.frozen
+class GenerationResult:
+    """The outcome of one engine request.
+
+    ``handle`` is prompt + output tokens: a valid prefix for the next role.
+    ``cache_miss`` is True when part of the prompt that the bridge knew to be
+    resident (an earlier handle of this engine epoch, or an old-epoch handle)
+    was not served from the prefix cache.
+    """
+
+    request_id: str
+    prompt: KVHandle
+    handle: KVHandle
+    output_ids: tuple[int, ...]
+    text: str
+    finish_reason: FinishReason
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    cache_miss: bool
+    expected_cached_tokens: int
+    timings: Timings
+    adapter: str | None = None
+    priority: int = 0
+
+    @property
+    def computed_tokens(self) -> int:
+        """Prompt tokens the engine actually computed (prompt - cached)."""
+        return self.prompt_tokens - self.cached_tokens
+
+    @property
+    def output(self) -> KVHandle:
+        """The output segment alone, as a handle (what gets spliced into other prompts)."""
+        return self.handle.segment(self.prompt)
+
+
+@attrs.frozen
+class EngineStats:
+    """A snapshot of one engine's accounting.
+
+    Scheduler-side numbers come from a stat logger attached to that engine
+    (correct with several engines in one process and across restarts); the
+    request/token counters are kept by the bridge (aborts included).
+    """
+
+    model: str
+    epoch: int
+    restarts: int
+    # scheduler side (what the engine itself reports)
+    scheduler_running: int
+    scheduler_waiting: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    kv_cache_usage: float
+    kv_cache_capacity_tokens: int
+    block_size: int
+    # bridge side
+    requests_started: int
+    requests_finished: int
+    requests_aborted: int
+    requests_failed: int
+    requests_live: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    cache_misses: int
+
+    @property
+    def computed_prompt_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens

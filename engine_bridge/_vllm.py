@@ -1,0 +1,419 @@
+"""VLLMBridge: the bridge on one in-process vLLM ``AsyncLLM``.
+
+Exactly one engine per bridge; its EngineCore runs in a spawned child process
+(scripts need an ``if __name__ == "__main__":`` guard). Every engine argument
+passes through; CPU defaults that work on a small machine are filled in. A
+per-engine stat logger feeds the scheduler-side numbers of ``stats()``. A dead
+engine fails its in-flight requests with ``EngineDied``, is restarted (bounded
+attempts, backoff) and the bridge's epoch is bumped. Version quirks of vLLM and
+transformers live in ``_vllm_compat``.
+
+The bridge is asyncio-only (vLLM's client is): from trio or another thread,
+run it inside an asyncio blocking portal (see ``tests/_engine.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from . import _vllm_compat as compat
+from ._bridge import EngineBridge, EngineRequest, EngineStep, SchedulerSnapshot
+from ._errors import EngineBridgeError, EngineDied, EngineUnavailable, RequestRefused
+from ._handle import AdapterRef, KVHandle
+from ._models import DEFAULT_MODEL_NAME, resolve_model
+from ._types import Sampling
+
+if TYPE_CHECKING:
+    from ._chat import ChatComposer
+
+log = logging.getLogger(__name__)
+
+_CPU_BLOCK_SIZE = 128
+
+
+class VLLMBridge(EngineBridge):
+    """One served model on one in-process vLLM ``AsyncLLM``.
+
+    Args:
+        model: ``"default"`` (the embedded SmolLM2-135M-Instruct), a local HF
+            model directory, or a hub id.
+        served_name: the model name handles and the API carry (default: the
+            model dir's name, or the hub id).
+        max_num_batched_tokens: the scheduler's token budget per step (pinned:
+            vLLM's default differs by entry point).
+        max_num_seqs: most requests running at once.
+        max_model_len: prompt + output limit; longer requests are refused.
+        enable_lora: serve LoRA adapters (default: on when ``adapters`` are given).
+        max_lora_rank: largest adapter rank accepted.
+        max_loras: adapters resident in one batch.
+        adapters: name -> path of LoRA adapters to register up front.
+        scheduling_policy: ``"priority"`` (lower ``priority`` runs first; the
+            critical path of a collaboration is given priority) or ``"fcfs"``.
+        engine_args: any other ``AsyncEngineArgs`` field, passed through
+            (``tensor_parallel_size``, ``data_parallel_size``,
+            ``distributed_executor_backend``, ``num_gpu_blocks_override``…);
+            these win over the bridge's defaults.
+        data_parallel_rank: with ``data_parallel_size > 1``, send every request
+            of this bridge to this rank so they share one prefix cache.
+            Untested here: data parallel cannot run on a 2-core CPU machine.
+        max_restarts: restart attempts after the engine dies before giving up.
+        restart_backoff: seconds before the second attempt (doubles after).
+        cpu_seed: what to do with a per-request ``seed`` on vLLM's CPU backend,
+            where a seeded request whose prefill is chunked kills the engine
+            (``CPU Generator does not use offset``): ``"refuse"`` (default,
+            ``RequestRefused("seed")``) or ``"ignore"`` (serve it unseeded).
+        home: cache root for the default model (default ``$MICROAGENT_HOME``).
+        progress: show a progress bar while preparing the default model.
+    """
+
+    def __init__(
+        self,
+        model: str = "default",
+        *,
+        served_name: str | None = None,
+        max_num_batched_tokens: int = 2048,
+        max_num_seqs: int = 16,
+        max_model_len: int | None = 4096,
+        enable_lora: bool | None = None,
+        max_lora_rank: int = 16,
+        max_loras: int = 4,
+        adapters: Mapping[str, str | Path] | None = None,
+        scheduling_policy: Literal["priority", "fcfs"] = "priority",
+        engine_args: Mapping[str, Any] | None = None,
+        data_parallel_rank: int | None = None,
+        max_restarts: int = 3,
+        restart_backoff: float = 1.0,
+        cpu_seed: Literal["refuse", "ignore"] = "refuse",
+        home: Path | None = None,
+        progress: bool = True,
+    ) -> None:
+        if served_name is None:
+            served_name = DEFAULT_MODEL_NAME if model == "default" else Path(model).name or model
+        self._is_cpu = compat.is_cpu_platform()
+        extra = dict(engine_args or {})
+        block_size = int(extra.get("block_size") or (_CPU_BLOCK_SIZE if self._is_cpu else 16))
+        super().__init__(served_name, block_size=block_size)
+        self.model_spec = model
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = max_num_seqs
+        self.max_model_len = max_model_len
+        self.enable_lora = bool(adapters) if enable_lora is None else enable_lora
+        self.max_lora_rank = max_lora_rank
+        self.max_loras = max_loras
+        self.scheduling_policy = scheduling_policy
+        self.extra_engine_args = extra
+        self.data_parallel_rank = data_parallel_rank
+        self.max_restarts = max_restarts
+        self.restart_backoff = restart_backoff
+        self.cpu_seed = cpu_seed
+        self._home = home
+        self._progress = progress
+        self.model_path: Path | str | None = None
+        self.engine_start_seconds: list[float] = []
+        self._tokenizer: compat.HFTokenizer | None = None
+        self._engine: Any = None
+        self._sink = compat.StatSink()
+        self._kv_capacity = 0
+        self._lora_ids: dict[str, int] = {}
+        self._ready = asyncio.Event()
+        self._lifecycle = asyncio.Lock()
+        self._restart_task: asyncio.Task[None] | None = None
+        self._unavailable: EngineUnavailable | None = None
+        self._closed = False
+        self._chat: ChatComposer | None = None
+        for name, path in (adapters or {}).items():
+            self.register_adapter(name, str(path))
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def open(self) -> None:
+        """Prepare the model, load the tokenizer and start the engine (idempotent)."""
+        async with self._lifecycle:
+            if self._engine is not None:
+                return
+            if self._closed:
+                raise EngineBridgeError("this bridge was closed; make a new one")
+            if self.model_path is None:
+                self.model_path = await asyncio.to_thread(
+                    resolve_model, self.model_spec, home=self._home, progress=self._progress
+                )
+            if self._tokenizer is None:
+                self._tokenizer = await asyncio.to_thread(compat.HFTokenizer, str(self.model_path))
+            await self._start_engine()
+
+    async def close(self) -> None:
+        """Abort live requests and shut the engine down (idempotent)."""
+        self._closed = True
+        task, self._restart_task = self._restart_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        for rid in list(self._live):
+            with contextlib.suppress(Exception):
+                await self.abort(rid)
+        engine, self._engine = self._engine, None
+        self._ready.clear()
+        if engine is not None:
+            compat.stop_output_handler(engine)
+            await asyncio.to_thread(_shutdown, engine)
+
+    def _engine_arguments(self) -> dict[str, Any]:
+        args: dict[str, Any] = {
+            "model": str(self.model_path),
+            "tokenizer": str(self.model_path),
+            "served_model_name": self.model,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_num_seqs": self.max_num_seqs,
+            "enable_prefix_caching": True,
+            "scheduling_policy": self.scheduling_policy,
+            # Our stat logger is given explicitly; vLLM's own periodic log stays off.
+            "disable_log_stats": True,
+        }
+        if self.max_model_len is not None:
+            args["max_model_len"] = self.max_model_len
+        if self.enable_lora:
+            args.update(enable_lora=True, max_lora_rank=self.max_lora_rank, max_loras=self.max_loras)
+        if self._is_cpu:
+            args.update(dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.5)
+        args.update(self.extra_engine_args)
+        return args
+
+    async def _start_engine(self) -> None:
+        if self._is_cpu:
+            compat.cpu_environment_defaults()
+        args = compat.engine_args(**self._engine_arguments())
+        sink = compat.StatSink()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        # Off the event loop: starting takes ~20 s and other requests keep being served.
+        engine = await asyncio.to_thread(
+            compat.start_engine, args, compat.stat_logger_factory(sink)
+        )
+        self.engine_start_seconds.append(loop.time() - t0)
+        blocks, block_size = compat.kv_geometry(engine)
+        self._engine = engine
+        self._sink = sink
+        self._kv_capacity = blocks * block_size
+        if block_size:
+            self.block_size = block_size
+        self.max_model_len = int(engine.model_config.max_model_len)
+        self._unavailable = None
+        self._ready.set()
+
+    async def _ready_engine(self) -> Any:
+        """The running engine; waits out a restart, starts a restart if it died idle."""
+        while True:
+            if self._unavailable is not None:
+                raise self._unavailable
+            engine = self._engine
+            if engine is not None and not compat.engine_errored(engine):
+                return engine
+            if self._closed:
+                raise EngineBridgeError("the bridge is closed")
+            if engine is not None:
+                self._on_engine_dead(engine, "engine found dead before a request")
+            elif self._restart_task is None:
+                raise EngineBridgeError("the bridge is not open: use `async with VLLMBridge(...)`")
+            await self._ready.wait()
+
+    def _on_engine_dead(self, engine: Any, cause: BaseException | str) -> None:
+        if engine is not self._engine or self._closed:
+            return  # already being handled
+        log.warning("vLLM engine (epoch %d) died: %r; restarting", self.epoch, cause)
+        self._engine = None
+        self._ready.clear()
+        self._restart_task = asyncio.get_running_loop().create_task(self._restart(engine, cause))
+
+    async def _restart(self, dead: Any, cause: BaseException | str) -> None:
+        compat.stop_output_handler(dead)
+        await asyncio.to_thread(_shutdown, dead)
+        delay = self.restart_backoff
+        errors: list[BaseException] = []
+        for attempt in range(self.max_restarts):
+            if attempt:
+                await asyncio.sleep(delay)
+                delay *= 2
+            try:
+                async with self._lifecycle:
+                    await self._start_engine()
+            except Exception as exc:
+                errors.append(exc)
+                log.warning("engine restart attempt %d failed: %r", attempt + 1, exc)
+                continue
+            self.epoch += 1
+            self.restarts += 1
+            self._restart_task = None
+            return
+        self._unavailable = EngineUnavailable(
+            f"the engine died ({cause!r}) and {self.max_restarts} restart attempts failed: {errors!r}"
+        )
+        self._restart_task = None
+        self._ready.set()
+
+    # -- tokens and chat ---------------------------------------------------------------
+    @property
+    def tokenizer(self) -> compat.HFTokenizer:
+        if self._tokenizer is None:
+            raise EngineBridgeError("open the bridge first (the tokenizer loads with the model)")
+        return self._tokenizer
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(token_ids)
+
+    @property
+    def chat(self) -> ChatComposer:
+        """Token-level chat composition with the model's own chat template."""
+        if self._chat is None:
+            from ._chat import ChatComposer, ChatTemplate
+
+            tok = self.tokenizer
+            if not tok.has_chat_template:
+                raise EngineBridgeError(f"model {self.model!r} has no chat template")
+            eot_text = tok.eos_token
+            eot_id = tok.eos_token_id
+            if eot_text is None or eot_id is None:
+                raise EngineBridgeError(f"model {self.model!r} has no end-of-turn token")
+            template = ChatTemplate.from_renderer(
+                render=tok.render_chat, encode=tok.encode, eot_token_id=eot_id, eot_text=eot_text
+            )
+            self._chat = ChatComposer(template, self)
+        return self._chat
+
+    # -- requests ----------------------------------------------------------------------
+    def check_request(self, prompt: KVHandle, sampling: Sampling) -> None:
+        """Refuse what the engine would reject or die of (see ``cpu_seed``)."""
+        super().check_request(prompt, sampling)
+        limit = self.max_model_len
+        if limit is not None:
+            if len(prompt) >= limit:
+                raise RequestRefused(
+                    "prompt", f"{len(prompt)} prompt tokens do not fit max_model_len={limit}"
+                )
+            if len(prompt) + sampling.max_tokens > limit:
+                raise RequestRefused(
+                    "max_tokens",
+                    f"{len(prompt)} prompt + {sampling.max_tokens} new tokens exceed "
+                    f"max_model_len={limit}; ask for at most {limit - len(prompt)}",
+                )
+        if sampling.seed is not None and self._is_cpu and self.cpu_seed == "refuse":
+            raise RequestRefused(
+                "seed",
+                "per-request seeds are refused on vLLM's CPU backend: a seeded request whose "
+                "prefill is split into chunks (prompt longer than max_num_batched_tokens="
+                f"{self.max_num_batched_tokens}, or a step budget shared with other requests) "
+                "kills the engine ('CPU Generator does not use offset'). Sample without a "
+                "seed, or make the bridge with cpu_seed='ignore'",
+            )
+        if prompt.adapter is not None and not self.enable_lora:
+            raise RequestRefused(
+                "adapter", "this bridge was made without LoRA support (enable_lora=True)"
+            )
+
+    def _lora_request(self, adapter: AdapterRef | None) -> Any:
+        if adapter is None:
+            return None
+        int_id = self._lora_ids.setdefault(adapter.name, len(self._lora_ids) + 1)
+        return compat.lora_request(adapter.name, int_id, adapter.path)
+
+    async def _engine_steps(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
+        engine = await self._ready_engine()
+        epoch = self.epoch
+        sampling = request.sampling
+        seed = sampling.seed if not (self._is_cpu and self.cpu_seed == "ignore") else None
+        kwargs: dict[str, Any] = {"lora_request": self._lora_request(request.prompt.adapter)}
+        if self.scheduling_policy == "priority":
+            kwargs["priority"] = request.priority
+        if self.data_parallel_rank is not None:
+            kwargs["data_parallel_rank"] = self.data_parallel_rank
+        stream = engine.generate(
+            compat.tokens_prompt(request.prompt.token_ids),
+            compat.sampling_params(sampling, seed=seed),
+            request.request_id,
+            **kwargs,
+        )
+        first = True
+        try:
+            async for out in stream:
+                cached = None
+                if first:
+                    cached = int(getattr(out, "num_cached_tokens", 0) or 0)
+                    first = False
+                completion = out.outputs[0] if out.outputs else None
+                ids = tuple(int(t) for t in completion.token_ids) if completion else ()
+                text = completion.text if completion else ""
+                reason = None
+                if out.finished:
+                    reason = compat.map_finish_reason(completion.finish_reason if completion else None)
+                    reason = reason or "abort"
+                yield EngineStep(ids, text, reason, cached)
+                if reason is not None:
+                    return
+        except Exception as exc:
+            if compat.is_engine_dead(exc) or compat.engine_errored(engine):
+                self._on_engine_dead(engine, exc)
+                raise EngineDied(exc, epoch) from exc
+            raise
+        finally:
+            with contextlib.suppress(BaseException):
+                await stream.aclose()
+
+    async def _abort_engine(self, request_id: str) -> None:
+        engine = self._engine
+        if engine is None or compat.engine_errored(engine):
+            return
+        with contextlib.suppress(Exception):
+            await engine.abort(request_id)
+
+    def _scheduler_snapshot(self) -> SchedulerSnapshot:
+        s = self._sink
+        return SchedulerSnapshot(
+            running=s.running,
+            waiting=s.waiting,
+            prefix_cache_queries=s.prefix_cache_queries,
+            prefix_cache_hits=s.prefix_cache_hits,
+            kv_cache_usage=s.kv_cache_usage,
+            kv_cache_capacity_tokens=self._kv_capacity,
+        )
+
+    # -- test and operations support ---------------------------------------------------
+    async def reset_prefix_cache(self) -> bool:
+        """Evict every cached block that no running request uses (forces misses).
+
+        Returns whether the engine reset its cache (False while requests run).
+        Handles stay valid: their next use recomputes and reports a miss.
+        """
+        engine = await self._ready_engine()
+        return bool(await engine.reset_prefix_cache())
+
+    def engine_core_pids(self) -> list[int]:
+        """Process ids of the current engine's EngineCore child processes."""
+        return [] if self._engine is None else compat.engine_core_pids(self._engine)
+
+    @property
+    def engine(self) -> Any:
+        """The current ``AsyncLLM`` (None while stopped or restarting)."""
+        return self._engine
+
+    async def wait_ready(self, timeout: float = 120.0) -> None:
+        """Wait until an engine is serving (after a restart); raise if it could not start."""
+        with anyio_fail_after(timeout):
+            await self._ready_engine()
+
+
+def anyio_fail_after(timeout: float) -> contextlib.AbstractContextManager[Any]:
+    import anyio
+
+    return anyio.fail_after(timeout)
+
+
+def _shutdown(engine: Any) -> None:
+    with contextlib.suppress(Exception):
+        compat.shutdown_engine(engine)

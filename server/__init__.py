@@ -1,0 +1,14 @@
+"""The OpenAI-compatible HTTP server and the ``microagent`` command line.
+
+``create_app(engines)`` builds the FastAPI app over already-built engine
+bridges; ``microagent serve`` builds vLLM bridges and runs it on uvloop.
+"""
+
+from ._app import ServerLimits as ServerLimits
+from ._app import create_app as create_app
+from ._errors import ApiError as ApiError
+from ._metrics import ServerMetrics as ServerMetrics
+from ._schemas import AgentSpecModel as AgentSpecModel
+from ._schemas import ChatCompletionRequest as ChatCompletionRequest
+from ._schemas import CollaborationModel as CollaborationModel
+from ._sse import EventBuffer as EventBuffer

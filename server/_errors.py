@@ -1,0 +1,62 @@
+"""OpenAI-style API errors: ``{"error": {"message", "type", "param", "code"}}``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+
+class ApiError(Exception):
+    """An error answered to the client with an HTTP status and an OpenAI error body.
+
+    Args:
+        status: the HTTP status.
+        message: what is wrong, naming the input at fault.
+        param: the request field at fault (dotted path), if any.
+        code: a short machine-readable code.
+        type: the OpenAI error type.
+        headers: extra response headers (``Retry-After`` on overload).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        type: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type or _default_type(status)
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def _default_type(status: int) -> str:
+    if status == 401:
+        return "authentication_error"
+    if status == 404:
+        return "not_found_error"
+    if status in (429, 503):
+        return "overloaded_error"
+    if status >= 500:
+        return "server_error"
+    return "invalid_request_error"
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    """A 400 ``invalid_request_error``."""
+    return ApiError(400, message, param=param, code=code, type="invalid_request_error")

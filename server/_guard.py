@@ -1,0 +1,101 @@
+"""The ASGI guard in front of every route: API key and body size.
+
+It runs before FastAPI parses anything, so a wrong key or an oversized body
+costs the server almost nothing and never touches requests already running.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ._errors import ApiError
+
+_OPEN_PATHS = frozenset({"/health"})
+
+
+class Guard:
+    """Checks ``Authorization: Bearer <key>`` (constant time) and caps request bodies.
+
+    A body is read whole (up to ``max_body_bytes``) before the app sees it, then
+    replayed; the client's later messages (its disconnect) pass through.
+    """
+
+    def __init__(self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int) -> None:
+        self.app = app
+        self.api_key = api_key.encode() if api_key else None
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.api_key is not None and scope["path"] not in _OPEN_PATHS and not self._authorized(scope):
+            await _send_error(
+                ApiError(
+                    401,
+                    "invalid or missing API key (send `Authorization: Bearer <key>`)",
+                    code="invalid_api_key",
+                    headers={"www-authenticate": "Bearer"},
+                ),
+                scope,
+                receive,
+                send,
+            )
+            return
+        if scope["method"] not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        too_big = ApiError(
+            413,
+            f"request body exceeds the limit of {self.max_body_bytes} bytes",
+            code="request_too_large",
+            type="invalid_request_error",
+        )
+        length = _header(scope, b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+            await _send_error(too_big, scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.max_body_bytes:
+                await _send_error(too_big, scope, receive, send)
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    def _authorized(self, scope: Scope) -> bool:
+        assert self.api_key is not None
+        value = _header(scope, b"authorization") or ""
+        scheme, _, token = value.partition(" ")
+        given = token.strip().encode() if scheme.lower() == "bearer" else b""
+        return hmac.compare_digest(given, self.api_key)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+async def _send_error(error: ApiError, scope: Scope, receive: Receive, send: Send) -> None:
+    await error.response()(scope, receive, send)

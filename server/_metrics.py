@@ -1,0 +1,126 @@
+"""Server metrics, rendered as Prometheus text by hand (no client library needed).
+
+Counters are plain dicts keyed by label tuples: the server is one event loop,
+so no locking is needed. Engine gauges are read from the bridges at scrape
+time — ``microagent_engine_requests_running`` comes from each engine's
+scheduler, the number that proves cancelled requests really left the engine.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+
+import attrs
+
+from ..engine_bridge import EngineBridge
+
+_Labels = tuple[tuple[str, str], ...]
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(labels: _Labels) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels) + "}"
+
+
+@attrs.define
+class _Family:
+    name: str
+    kind: str
+    help: str
+    values: dict[_Labels, float] = attrs.field(factory=lambda: defaultdict(float))
+
+
+@attrs.define
+class ServerMetrics:
+    """Counters of one app; ``render(engines)`` adds the engine gauges."""
+
+    _families: dict[str, _Family] = attrs.field(factory=dict)
+    collaborations_running: int = 0
+    requests_running: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        for name, kind, text in (
+            ("microagent_requests_total", "counter", "Chat completion requests by kind and HTTP status."),
+            ("microagent_collaborations_total", "counter", "Collaborations by mode and status."),
+            ("microagent_prompt_tokens_total", "counter", "Prompt tokens of every engine request."),
+            ("microagent_cached_tokens_total", "counter", "Prompt tokens served from the prefix cache."),
+            ("microagent_completion_tokens_total", "counter", "Completion tokens generated."),
+            ("microagent_saved_completion_tokens_total", "counter", "Completion tokens avoided by pruning."),
+            ("microagent_early_stops_total", "counter", "Collaborations stopped early, by mode."),
+            ("microagent_pruned_agents_total", "counter", "Agents pruned, by mode."),
+            ("microagent_rejected_total", "counter", "Requests refused for overload, by reason."),
+            ("microagent_sse_dropped_events_total", "counter", "Stream events dropped for slow clients."),
+        ):
+            self._families[name] = _Family(name, kind, text)
+
+    def inc(self, name: str, amount: float = 1, **labels: str) -> None:
+        """Add ``amount`` to counter ``name`` under ``labels``."""
+        family = self._families[name]
+        family.values[tuple(sorted(labels.items()))] += amount
+
+    def value(self, name: str, **labels: str) -> float:
+        """Current value of a counter (0 when never incremented)."""
+        return self._families[name].values.get(tuple(sorted(labels.items())), 0.0)
+
+    def add_usage(self, prompt: int, cached: int, completion: int, saved: int = 0) -> None:
+        """Count the tokens of one finished request or collaboration."""
+        self.inc("microagent_prompt_tokens_total", prompt)
+        self.inc("microagent_cached_tokens_total", cached)
+        self.inc("microagent_completion_tokens_total", completion)
+        self.inc("microagent_saved_completion_tokens_total", saved)
+
+    def render(self, engines: Mapping[str, EngineBridge]) -> str:
+        """The Prometheus text exposition of every counter and gauge."""
+        lines: list[str] = []
+        for family in self._families.values():
+            lines.append(f"# HELP {family.name} {family.help}")
+            lines.append(f"# TYPE {family.name} {family.kind}")
+            if not family.values and family.name in _UNLABELLED:
+                lines.append(f"{family.name} 0")
+            for labels, value in sorted(family.values.items()):
+                lines.append(f"{family.name}{_labels(labels)} {_number(value)}")
+        running = waiting = live = 0
+        per_engine: list[tuple[str, int, int, int, float]] = []
+        for name, bridge in engines.items():
+            stats = bridge.stats()
+            running += stats.scheduler_running
+            waiting += stats.scheduler_waiting
+            live += stats.requests_live
+            per_engine.append(
+                (name, stats.scheduler_running, stats.scheduler_waiting, stats.requests_live, stats.kv_cache_usage)
+            )
+        gauges = (
+            ("microagent_engine_requests_running", "Requests running in the engines' schedulers.", running),
+            ("microagent_engine_requests_waiting", "Requests waiting in the engines' schedulers.", waiting),
+            ("microagent_engine_requests_live", "Engine requests the bridges track as live.", live),
+            ("microagent_collaborations_running", "Collaborations in progress.", self.collaborations_running),
+            ("microagent_requests_running", "Chat completion requests in progress.", self.requests_running),
+        )
+        for name, text, total in gauges:
+            lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge", f"{name} {total}"]
+        lines += [
+            "# HELP microagent_engine_kv_cache_usage KV cache usage per engine (0..1).",
+            "# TYPE microagent_engine_kv_cache_usage gauge",
+        ]
+        for name, _, _, _, usage in per_engine:
+            lines.append(f'microagent_engine_kv_cache_usage{{model="{_escape(name)}"}} {_number(usage)}')
+        return "\n".join(lines) + "\n"
+
+
+_UNLABELLED = {
+    "microagent_prompt_tokens_total",
+    "microagent_cached_tokens_total",
+    "microagent_completion_tokens_total",
+    "microagent_saved_completion_tokens_total",
+    "microagent_sse_dropped_events_total",
+}
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))

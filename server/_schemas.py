@@ -1,0 +1,119 @@
+"""Request models of the HTTP API: OpenAI Chat Completions plus ``agents`` and ``collaboration``.
+
+Only requests are modelled with pydantic (they drive validation and the
+OpenAPI schema); responses are plain dicts built in ``_responses``. Types are
+strict — a string where a number belongs is a 400, not a silent coercion.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class AgentSpecModel(BaseModel):
+    """One role of a collaboration; ``count`` > 1 makes that many identical agents."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str = Field(min_length=1, max_length=128)
+    count: int = 1
+    instructions: str = ""
+    adapter: str | None = None
+    model: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    top_p: float | None = None
+    role: str | None = None
+
+
+class AnswerModel(BaseModel):
+    """How answers are constrained: fixed ``choices`` or a ``regex``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    choices: list[str] | None = None
+    regex: str | None = None
+
+
+class CollaborationModel(BaseModel):
+    """How the agents collaborate; mode-specific options ride along as extra fields."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    mode: str = Field(min_length=1, max_length=128)
+    early_stop: bool = True
+    rounds: int | None = None
+    answer: AnswerModel | None = None
+
+
+class ContentPart(BaseModel):
+    """One part of a multi-part message content (only text is supported)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    """One chat message."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+
+class StreamOptions(BaseModel):
+    """OpenAI ``stream_options``."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(BaseModel):
+    """``POST /v1/chat/completions``: the OpenAI request plus ``agents`` and ``collaboration``."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    model: str | None = None
+    messages: list[ChatMessage]
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: str | list[str] | None = None
+    n: int = 1
+    seed: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    agents: list[AgentSpecModel] | None = Field(
+        default=None,
+        description="Roles of a multi-agent collaboration; without it the request is a plain chat completion.",
+    )
+    collaboration: CollaborationModel | None = Field(
+        default=None,
+        description="How the agents collaborate (mode, early_stop, rounds, answer, mode options).",
+    )
+
+    def collaboration_options(self) -> dict[str, Any]:
+        """The collaboration's options (everything but ``mode``), request-level defaults applied."""
+        collab = self.collaboration
+        options: dict[str, Any] = {}
+        if collab is not None:
+            options["early_stop"] = collab.early_stop
+            if collab.rounds is not None:
+                options["rounds"] = collab.rounds
+            if collab.answer is not None:
+                options["answer"] = collab.answer.model_dump(exclude_none=True)
+            options.update(collab.model_extra or {})
+        limit = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        if limit is not None:
+            options.setdefault("max_tokens", limit)
+        if self.temperature is not None:
+            options.setdefault("temperature", self.temperature)
+        return options

@@ -1,0 +1,181 @@
+"""Server-Sent Events with back-pressure that never reaches the actors.
+
+Producers (a collaboration's ``on_event``, a plain completion's token loop)
+``put`` into an ``EventBuffer`` without ever waiting. A token delta merges into
+the same owner's pending delta when there is one; when the buffer is full, a
+delta that cannot merge is dropped and counted (the final chunk reports the
+count). Everything else — agent start/finish, votes, the answer — is always
+kept. ``SSEResponse`` sends the buffer to the client and, when the client
+disconnects, cancels the producer: that cancels the collaboration, and with it
+every engine request it started.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import attrs
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+DONE = "[DONE]"
+
+Payload = dict[str, Any] | str
+
+
+@attrs.define
+class StreamItem:
+    """One pending SSE message; ``build(text)`` makes its payload when it is sent.
+
+    Attributes:
+        build: makes the chunk (a dict, sent as JSON, or a raw string) from ``text``.
+        text: the delta text carried so far (merged deltas concatenate here).
+        owner: who the delta belongs to (an agent name, a choice index); None for none.
+        mergeable: a later delta of the same owner may be appended to this one.
+        droppable: may be dropped when the buffer is full.
+    """
+
+    build: Callable[[str], Payload]
+    text: str = ""
+    owner: str | None = None
+    mergeable: bool = False
+    droppable: bool = False
+
+
+class EventBuffer:
+    """A bounded, never-blocking buffer between producers and one slow consumer."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self.capacity = capacity
+        self.dropped = 0
+        self.merged = 0
+        self._items: deque[StreamItem] = deque()
+        self._closed = False
+        self._waiter: anyio.Event | None = None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, item: StreamItem) -> None:
+        """Queue ``item`` now: merge it, keep it, or (a droppable delta, buffer full) drop it."""
+        if self._closed:
+            return
+        if item.mergeable and item.owner is not None:
+            for pending in reversed(self._items):
+                if pending.owner == item.owner:
+                    if pending.mergeable:
+                        pending.text += item.text
+                        self.merged += 1
+                        return
+                    break
+        if item.droppable and len(self._items) >= self.capacity:
+            self.dropped += 1
+            return
+        self._items.append(item)
+        self._wake()
+
+    def close(self) -> None:
+        """No more items; the consumer drains what is queued and stops."""
+        self._closed = True
+        self._wake()
+
+    async def get(self) -> StreamItem | None:
+        """The next item, or None once the buffer is closed and empty."""
+        while not self._items:
+            if self._closed:
+                return None
+            self._waiter = anyio.Event()
+            await self._waiter.wait()
+        return self._items.popleft()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            waiter.set()
+
+
+def encode(payload: Payload) -> bytes:
+    """One SSE message: ``data: <json or raw>`` and a blank line."""
+    import json
+
+    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()
+
+
+class SSEResponse(Response):
+    """Streams ``produce(buffer)``'s items; a client disconnect cancels ``produce``.
+
+    ``produce`` must put its own final items (``[DONE]`` included) and handle its
+    own errors; the buffer is closed when it returns. ``on_disconnect`` runs when
+    the client left before the stream ended, ``on_close`` always, at the end.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        produce: Callable[[EventBuffer], Awaitable[None]],
+        buffer: EventBuffer,
+        *,
+        on_disconnect: Callable[[], None] | None = None,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(
+            content=None,
+            status_code=200,
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+            media_type=self.media_type,
+        )
+        self._produce = produce
+        self._buffer = buffer
+        self._on_disconnect = on_disconnect
+        self._on_close = on_close
+        self.disconnected = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self._stream(receive, send)
+        finally:
+            if self._on_close is not None:
+                self._on_close()
+
+    async def _stream(self, receive: Receive, send: Send) -> None:
+        buffer = self._buffer
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        self._client_left()
+                        tg.cancel_scope.cancel()
+                        return
+
+            async def produce() -> None:
+                try:
+                    await self._produce(buffer)
+                finally:
+                    buffer.close()
+
+            tg.start_soon(watch)
+            tg.start_soon(produce)
+            try:
+                while (item := await buffer.get()) is not None:
+                    body = encode(item.build(item.text))
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            except OSError:  # the transport is gone (uvicorn's ClientDisconnected is one)
+                self._client_left()
+            tg.cancel_scope.cancel()
+
+    def _client_left(self) -> None:
+        if not self.disconnected:
+            self.disconnected = True
+            if self._on_disconnect is not None:
+                self._on_disconnect()

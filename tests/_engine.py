@@ -1,0 +1,80 @@
+"""The shared real-engine session for tests: one vLLM engine for the whole test run.
+
+Starting vLLM takes ~25 s on a 2-core CPU, so every real-engine test shares one
+``VLLMBridge`` (the embedded default model, LoRA enabled with two tiny random
+adapters). The bridge is asyncio-only while tests run on several anyio
+backends, so it lives in its own event loop: an asyncio blocking portal
+running in a background thread. Tests hand it coroutine functions with
+``engine.call(async_fn, *args)`` and get the result back synchronously.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from microagent.engine_bridge._lora import make_random_lora
+from microagent.engine_bridge._models import resolve_model
+from microagent.engine_bridge._vllm import VLLMBridge
+
+T = TypeVar("T")
+
+ADAPTER_NAMES = ("lora-a", "lora-b")
+
+
+@attrs.define
+class RealEngine:
+    """A running shared engine: ``bridge`` lives on ``portal``'s asyncio loop.
+
+    Attributes:
+        bridge: the ``VLLMBridge`` (default model, LoRA on, adapters ``lora-a``/``lora-b``).
+        portal: the blocking portal whose event loop owns the bridge.
+        start_seconds: how long opening the bridge took (engine start included).
+        adapters: registered adapter name -> directory.
+    """
+
+    bridge: VLLMBridge
+    portal: BlockingPortal
+    start_seconds: float
+    adapters: dict[str, Path]
+
+    def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``await fn(*args)`` on the bridge's loop and return its result."""
+        return self.portal.call(fn, *args)
+
+    def assert_idle(self, timeout: float = 5.0) -> None:
+        """Fail unless no request is live in the bridge and the scheduler runs none."""
+        assert self.call(self.bridge.wait_idle, timeout), self.bridge.stats()
+
+
+@contextlib.contextmanager
+def real_engine_session(workdir: Path, **bridge_kwargs: Any) -> Iterator[RealEngine]:
+    """Start the shared engine (model prepared if needed), yield it, close it."""
+    model_dir = resolve_model("default", progress=False)
+    assert isinstance(model_dir, Path)
+    adapters = {
+        name: make_random_lora(model_dir, workdir / name, rank=8, seed=i + 1)
+        for i, name in enumerate(ADAPTER_NAMES)
+    }
+    kwargs: dict[str, Any] = {
+        "enable_lora": True,
+        "adapters": {k: str(v) for k, v in adapters.items()},
+        "max_num_seqs": 16,
+        "progress": False,
+    }
+    kwargs.update(bridge_kwargs)
+    with start_blocking_portal("asyncio") as portal:
+        bridge = VLLMBridge("default", **kwargs)
+        t0 = time.monotonic()
+        portal.call(bridge.open)
+        engine = RealEngine(bridge, portal, time.monotonic() - t0, adapters)
+        try:
+            yield engine
+        finally:
+            portal.call(bridge.close)

@@ -1,0 +1,47 @@
+"""Shared fixtures: the anyio backends every runtime test runs on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from _engine import RealEngine
+
+BACKENDS = [
+    pytest.param(("asyncio", {}), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+    pytest.param(("trio", {}), id="trio"),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object]]:
+    """Run ``@pytest.mark.anyio`` tests on asyncio, asyncio+uvloop and trio."""
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
+def real_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealEngine]:
+    """The one real vLLM engine of the test session (started on first use, ~25 s).
+
+    Yields a ``RealEngine`` (see ``tests/_engine.py``): ``.bridge`` is a
+    ``VLLMBridge`` on the embedded default model with LoRA enabled and two
+    registered random adapters (``"lora-a"``, ``"lora-b"``); ``.portal`` is the
+    asyncio blocking portal whose loop owns it. The bridge is asyncio-only, so
+    call it through the portal from any test (sync, or any anyio backend)::
+
+        @pytest.mark.engine
+        def test_x(real_engine):
+            b = real_engine.bridge
+            result = real_engine.call(b.generate, b.handle(ids), Sampling(max_tokens=8))
+
+    Share it, don't break it: leave no request running (``real_engine.assert_idle()``),
+    don't close it. Make prompts unique (a nonce) when a test counts cache hits.
+    """
+    from _engine import real_engine_session
+
+    with real_engine_session(tmp_path_factory.mktemp("real-engine")) as engine:
+        yield engine

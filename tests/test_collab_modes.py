@@ -1,0 +1,274 @@
+"""Collaboration modes on the ScriptedEngine: every role an actor, handles through mailboxes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+import pytest
+
+from microagent.actors import (
+    AgentSpec,
+    CollaborationContext,
+    CollaborationEvent,
+    CollaborationFailed,
+    CollaborationOp,
+    InvalidCollaboration,
+    Turn,
+    collaborate,
+    collaboration_modes,
+    prepare_collaboration,
+    register_mode,
+)
+from microagent.actors._collab import unregister_mode
+from microagent.engine_bridge import EngineRequest, ScriptedEngine
+
+pytestmark = pytest.mark.anyio
+
+CONTEXT = "Is the sky blue on a clear day? " * 20
+
+
+def reply_by_agent(replies: dict[str, str], default: str = "yes") -> object:
+    """A script keyed on the role instructions found in the prompt."""
+
+    def script(prompt: tuple[int, ...], request: EngineRequest) -> str | None:
+        text = request.prompt.text
+        if request.sampling.choices is not None:
+            for key, reply in replies.items():
+                if key in text:
+                    return reply
+            return default
+        return None
+
+    return script
+
+
+async def test_builtin_modes_are_registered() -> None:
+    assert {"vote", "debate", "reflect", "aggregate", "cascade"} <= set(collaboration_modes())
+
+
+async def test_vote_direct_majority_and_early_stop() -> None:
+    # voters 1-3 say yes, 4-5 say no: after 3 yes votes of 5, "no" cannot win.
+    answers = iter(["yes", "yes", "yes", "no", "no"])
+
+    def script(prompt: tuple[int, ...], request: EngineRequest) -> str | None:
+        return next(answers) if request.sampling.choices else None
+
+    async with ScriptedEngine(script=script, decode_time_per_token=0.01) as engine:
+        events: list[CollaborationEvent] = []
+        outcome = await collaborate(
+            engine, "vote", CONTEXT, [AgentSpec("voter", count=5)],
+            answer={"choices": ["yes", "no"]}, style="direct", max_tokens=8, on_event=events.append,
+        )
+        assert outcome.answer == "yes"
+        assert outcome.votes is not None and outcome.votes["yes"] == 3
+        assert engine.live_requests() == frozenset()
+        assert await engine.wait_idle(1.0)
+    types = [e.type for e in events]
+    assert types[-1] == "final"
+    assert types.count("vote") >= 3
+
+
+async def test_vote_early_stop_prunes_and_aborts() -> None:
+    # slow decoding so the late voters are still running when the vote is decided
+    def script(prompt: tuple[int, ...], request: EngineRequest) -> str | None:
+        if request.sampling.choices:
+            return "yes"
+        return None
+
+    async with ScriptedEngine(script=script, decode_time_per_token=0.05, max_num_seqs=3, reply_words=(30, 30)) as engine:
+        outcome = await collaborate(
+            engine, "vote", CONTEXT, [AgentSpec("voter", count=5)],
+            answer={"choices": ["yes", "no"]}, style="reason", max_tokens=64,
+        )
+        assert outcome.answer == "yes"
+        assert outcome.early_stopped
+        pruned = [a for a in outcome.agents if a.finish_reason == "pruned"]
+        assert pruned, [a.finish_reason for a in outcome.agents]
+        assert outcome.usage.saved_completion_tokens > 0
+        assert engine.live_requests() == frozenset()
+        assert engine.stats().requests_aborted >= 1 or any(a.requests == 0 for a in pruned)
+        assert await engine.wait_idle(1.0)
+
+
+async def test_reason_then_answer_hits_cache_on_reasoning() -> None:
+    async with ScriptedEngine(script=reply_by_agent({}, "no"), block_size=16) as engine:
+        outcome = await collaborate(
+            engine, "vote", CONTEXT, [AgentSpec("voter", count=3)],
+            answer={"choices": ["yes", "no"]}, style="reason", max_tokens=64, early_stop=False,
+        )
+        assert outcome.answer == "no"
+        # every voter made two requests; the answer step re-used its reasoning from cache
+        for agent in outcome.agents:
+            assert agent.requests == 2
+        answer_steps = [r for r in engine.history if r.sampling.choices]
+        assert len(answer_steps) == 3
+
+
+async def test_debate_threads_are_append_only_and_cached() -> None:
+    async with ScriptedEngine(block_size=16) as engine:
+        events: list[CollaborationEvent] = []
+        outcome = await collaborate(engine, "debate", CONTEXT, [AgentSpec("debater", count=3)], rounds=2, max_tokens=32, on_event=events.append)
+        assert outcome.rounds in (1, 2)
+        assert [e for e in events if e.type == "round"]
+        if outcome.rounds == 2:
+            round2 = [r for r in engine.history if r.priority == -2]
+            assert len(round2) == 3
+            for req in round2:  # each round-2 prompt extends that agent's own round-1 handle
+                assert any(prev.prompt.is_prefix_of(req.prompt) for prev in engine.history if prev.priority == -1)
+        assert engine.live_requests() == frozenset()
+
+
+async def test_debate_stops_when_all_agree() -> None:
+    async with ScriptedEngine(script=lambda p, r: "Answer: 4") as engine:
+        outcome = await collaborate(engine, "debate", "What is 2+2?", [AgentSpec("d", count=3)], rounds=3)
+        assert outcome.rounds == 1 and outcome.early_stopped
+        assert "4" in outcome.answer
+
+
+async def test_reflect_with_validator_repairs_output() -> None:
+    replies = iter(['{"name": 1}', "the name must be a string", '{"name": "ok"}'])
+
+    async with ScriptedEngine(script=lambda p, r: next(replies)) as engine:
+        outcome = await collaborate(
+            engine, "reflect", "Give JSON with a string name.", None,
+            validator={"type": "json_schema", "schema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}},
+            rounds=3,
+        )
+        assert outcome.answer == '{"name": "ok"}'
+        assert outcome.extra["valid"] is True
+        assert outcome.rounds == 2
+
+
+async def test_aggregate_splices_proposals() -> None:
+    async with ScriptedEngine() as engine:
+        outcome = await collaborate(
+            engine, "aggregate", CONTEXT,
+            [AgentSpec("p", count=3, instructions="Propose."), AgentSpec("aggregator", role="aggregator")],
+        )
+        roles = [a.role for a in outcome.agents]
+        assert roles.count("proposer") == 3 and roles.count("aggregator") == 1
+        final = engine.history[-1]
+        first_proposal = engine.history[0]
+        assert first_proposal.prompt.is_prefix_of(final.prompt)
+        assert final.priority == -1
+
+
+async def test_cascade_escalates_only_on_disagreement() -> None:
+    async with ScriptedEngine(model="small", script=lambda p, r: "Answer: 7") as small, ScriptedEngine(model="large", script=lambda p, r: "ACCEPT") as large:
+        agents = [AgentSpec("drafter", count=2), AgentSpec("verifier", model="large", role="verifier")]
+        outcome = await collaborate(small, "cascade", "What is 3+4?", agents, engines={"large": large})
+        assert outcome.extra["escalated"] is False
+        assert large.history == []
+    answers = iter(["Answer: 7", "Answer: 8"])
+    async with ScriptedEngine(model="small", script=lambda p, r: next(answers)) as small, ScriptedEngine(model="large", script=lambda p, r: "ACCEPT") as large:
+        outcome = await collaborate(small, "cascade", "What is 3+4?", agents, engines={"large": large})
+        assert outcome.extra["escalated"] is True
+        assert outcome.extra["verdict"] == "accepted"
+        assert len(large.history) == 1
+
+
+@pytest.mark.parametrize(
+    ("mode", "agents", "options", "field"),
+    [
+        ("nope", None, {}, "collaboration.mode"),
+        ("vote", [{"name": "v", "count": 0}], {}, "agents[0].count"),
+        ("vote", [{"name": "v", "bogus": 1}], {}, "agents[0].bogus"),
+        ("vote", None, {"rounds": 99}, "collaboration.rounds"),
+        ("vote", None, {"answer": {"choices": []}}, "collaboration.answer.choices"),
+        ("vote", None, {"style": "weird"}, "collaboration.style"),
+        ("vote", None, {"whatever": 1}, "collaboration.whatever"),
+        ("debate", [{"name": "solo"}], {}, "agents"),
+        ("reflect", None, {"validator": {"type": "nope"}}, "collaboration.validator.type"),
+    ],
+)
+async def test_invalid_collaborations_name_the_field(mode: str, agents: object, options: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidCollaboration) as info:
+        prepare_collaboration(mode, agents, options)  # type: ignore[arg-type]
+    assert info.value.field == field, str(info.value)
+
+
+async def test_unknown_adapter_and_model_are_invalid() -> None:
+    async with ScriptedEngine() as engine:
+        with pytest.raises(InvalidCollaboration, match="adapter"):
+            await collaborate(engine, "vote", CONTEXT, [{"name": "v", "adapter": "missing"}])
+        with pytest.raises(InvalidCollaboration, match="model"):
+            await collaborate(engine, "vote", CONTEXT, [{"name": "v", "model": "missing"}])
+
+
+class BestOfN(CollaborationOp):
+    """A custom mode written against the public API: N candidates, a judge picks one."""
+
+    name = "best_of_n"
+    default_agents = (AgentSpec("candidate", count=3), AgentSpec("judge"))
+
+    async def run(self, ctx: CollaborationContext) -> str:
+        *candidate_specs, judge_spec = ctx.agents
+        candidates = await ctx.spawn_all(candidate_specs, role="candidate")
+        judge = await ctx.spawn("judge", judge_spec, role="judge")
+        outputs = {}
+        async with anyio.create_task_group() as tg:
+            for c in candidates:
+                async def one(c=c) -> None:  # type: ignore[no-untyped-def]
+                    outputs[c.agent] = await ctx.turn(c, Turn(ctx.prompt(c.spec), ctx.sampling(c.spec)))
+                tg.start_soon(one)
+        parts: list[object] = []
+        for name in sorted(outputs):
+            parts += [f"Candidate {name}: ", outputs[name].result.output]
+        pick = await ctx.turn(judge, Turn(ctx.prompt(judge_spec, parts=parts, instructions="Pick the best."), ctx.sampling(judge_spec), priority=-1))
+        return pick.text
+
+
+async def test_custom_mode_registered_by_name() -> None:
+    register_mode(BestOfN)
+    try:
+        assert "best_of_n" in collaboration_modes()
+        async with ScriptedEngine() as engine:
+            outcome = await collaborate(engine, "best_of_n", CONTEXT)
+            assert outcome.mode == "best_of_n"
+            assert [a.role for a in outcome.agents] == ["candidate"] * 3 + ["judge"]
+            assert outcome.answer
+    finally:
+        unregister_mode("best_of_n")
+
+
+async def test_role_failure_is_a_clear_error_never_a_hang() -> None:
+    class Boom(CollaborationOp):
+        name = "boom"
+
+        async def run(self, ctx: CollaborationContext) -> str:
+            (role,) = await ctx.spawn_all([AgentSpec("a")])
+            await ctx.turn(role, Turn(ctx.prompt(role.spec), ctx.sampling(role.spec)))
+            return "unreachable"
+
+    async with ScriptedEngine() as engine:
+        engine.fail_next("boom")
+        with anyio.fail_after(5), pytest.raises(CollaborationFailed) as info:
+            await collaborate(engine, Boom, CONTEXT)
+        assert info.value.records and info.value.records[0].finish_reason == "error"
+        assert engine.live_requests() == frozenset()
+
+
+async def test_cancelling_a_collaboration_leaves_no_live_requests() -> None:
+    async with ScriptedEngine(decode_time_per_token=0.05, reply_words=(200, 200)) as engine:
+        started = anyio.Event()
+
+        def on_event(e: CollaborationEvent) -> None:
+            if e.type == "delta":
+                started.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: collaborate(engine, "debate", CONTEXT, [AgentSpec("d", count=3)], max_tokens=256, on_event=on_event))
+            await started.wait()
+            assert engine.live_requests()
+            tg.cancel_scope.cancel()
+        assert engine.live_requests() == frozenset()
+        assert await engine.wait_idle(1.0)
+
+
+def _names(agents: Sequence[AgentSpec]) -> list[str]:
+    return [n for a in agents for n in a.agent_names()]
+
+
+async def test_agent_names_expand_counts() -> None:
+    assert _names([AgentSpec("v", count=2), AgentSpec("j")]) == ["v-1", "v-2", "j"]

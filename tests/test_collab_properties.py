@@ -1,0 +1,123 @@
+"""Property tests of collaborations on the ScriptedEngine, in trio's virtual time.
+
+Early-stopped votes return exactly what the full vote returns on the same
+outputs; pruned voters' engine requests are aborted; no actor outlives its
+collaboration; cancelling from outside leaves no live engine request.
+"""
+
+from __future__ import annotations
+
+import re
+
+import anyio
+import trio
+import trio.testing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from microagent.actors import AgentSpec, CollaborationEvent, Runtime, collaborate
+from microagent.engine_bridge import EngineRequest, ScriptedEngine
+
+CHOICES = ("yes", "no", "maybe")
+VOTER = re.compile(r"voter number (\d+)")
+
+
+def run_virtual(fn, *args):  # type: ignore[no-untyped-def]
+    """Run ``fn`` in trio with an autojumping mock clock: sleeps cost no wall time."""
+    return trio.run(fn, *args, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def voters(n: int) -> list[AgentSpec]:
+    return [AgentSpec(f"v{i}", instructions=f"You are voter number {i}.") for i in range(n)]
+
+
+def engine_for(answers: list[str], lengths: list[int]) -> ScriptedEngine:
+    def script(prompt: tuple[int, ...], request: EngineRequest) -> str:
+        i = int(VOTER.findall(request.prompt.text)[-1])
+        if request.sampling.choices:
+            return answers[i]
+        return " ".join(["step"] * lengths[i])  # reasoning of a voter-specific length
+
+    return ScriptedEngine(script=script, decode_time_per_token=0.01, prefill_time_per_token=0.0001)
+
+
+@st.composite
+def vote_cases(draw: st.DrawFn) -> tuple[list[str], list[int], int]:
+    n = draw(st.integers(1, 9))
+    k = draw(st.integers(2, 3))
+    answers = draw(st.lists(st.sampled_from(CHOICES[:k]), min_size=n, max_size=n))
+    lengths = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
+    wave = draw(st.sampled_from([0, 0, 2, 3]))
+    return answers, lengths, wave
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(vote_cases())
+def test_early_stopped_vote_equals_full_vote(case: tuple[list[str], list[int], int]) -> None:
+    answers, lengths, wave = case
+    k = len(set(answers)) if len(set(answers)) > 1 else 2
+    choices = list(CHOICES[: max(k, 2)])
+    for a in answers:
+        if a not in choices:
+            choices.append(a)
+
+    async def main() -> None:
+        results = {}
+        for early in (False, True):
+            engine = engine_for(answers, lengths)
+            async with engine, Runtime(engine=engine) as rt:
+                outcome = await collaborate(
+                    engine, "vote", "Decide.", voters(len(answers)), runtime=rt,
+                    answer={"choices": choices}, style="reason", early_stop=early, wave=wave, max_tokens=64,
+                )
+                results[early] = outcome
+                # no engine request and no actor survives the collaboration
+                assert engine.live_requests() == frozenset()
+                assert await engine.wait_idle(5)
+                assert rt.actors() == []
+                pruned = [a for a in outcome.agents if a.finish_reason == "pruned"]
+                if not early:
+                    assert not pruned and not outcome.early_stopped
+                # a pruned voter's request was aborted, not left to finish: the engine
+                # counts at most one abort per pruned voter, and none without pruning
+                aborted = engine.stats().requests_aborted
+                assert aborted <= len(pruned)
+                if not early:
+                    assert aborted == 0
+                for agent in pruned:
+                    assert agent.answer is None
+        assert results[True].answer == results[False].answer
+        assert results[False].votes is not None
+        assert sum(results[False].votes.values()) == len(answers)
+
+    run_virtual(main)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 5), st.integers(1, 3), st.floats(0.01, 2.0))
+def test_cancelling_from_outside_leaves_nothing_running(agents: int, rounds: int, after: float) -> None:
+    async def main() -> None:
+        engine = ScriptedEngine(decode_time_per_token=0.01, reply_words=(20, 60))
+        async with engine, Runtime(engine=engine) as rt:
+            with anyio.move_on_after(after):
+                await collaborate(engine, "debate", "Argue.", [AgentSpec("d", count=agents)], runtime=rt, rounds=rounds, early_stop=False)
+            assert engine.live_requests() == frozenset()
+            assert await engine.wait_idle(5)
+            assert rt.actors() == []
+
+    run_virtual(main)
+
+
+def test_roles_exchange_handles_through_mailboxes() -> None:
+    """Each role handled its turns as mailbox messages (not a gather of calls)."""
+
+    async def main() -> None:
+        engine = ScriptedEngine()
+        events: list[CollaborationEvent] = []
+        async with engine:
+            outcome = await collaborate(engine, "debate", "Argue.", [AgentSpec("d", count=3)], rounds=2, early_stop=False, on_event=events.append)
+        for agent in outcome.agents:
+            assert agent.messages == agent.requests == 2
+        assert [e.type for e in events].count("round") == 2
+
+    run_virtual(main)

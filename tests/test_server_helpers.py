@@ -1,0 +1,106 @@
+"""A live uvicorn server on 127.0.0.1 for the server tests, and tests of that helper.
+
+``LiveServer`` runs ``create_app(...)`` under uvicorn inside an anyio blocking
+portal (asyncio), on a socket bound to a free port. Engines must live on the
+same event loop as the server: pass a factory, it is called on that loop (or
+pass the portal of an engine fixture that already runs one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import httpx
+import uvicorn
+
+from microagent.engine_bridge import EngineBridge
+from microagent.engine_bridge._scripted import ScriptedEngine
+from microagent.server import ServerLimits, create_app
+
+
+class LiveServer:
+    """A running server: ``url``, ``app``, ``engines`` and the ``portal`` it runs on."""
+
+    def __init__(self, portal: anyio.from_thread.BlockingPortal, app: Any, engines: Mapping[str, EngineBridge], port: int) -> None:
+        self.portal = portal
+        self.app = app
+        self.engines = dict(engines)
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+
+    @property
+    def state(self) -> Any:
+        return self.app.state.microagent
+
+    def metric(self, name: str) -> float:
+        """A metric's value as /metrics shows it (the unlabelled sample)."""
+        text = httpx.get(f"{self.url}/metrics", headers=self.headers).text
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        raise KeyError(name)
+
+    headers: dict[str, str] = {}
+
+
+@contextlib.contextmanager
+def live_server(
+    make_engines: Callable[[], Mapping[str, EngineBridge]],
+    *,
+    portal: anyio.from_thread.BlockingPortal | None = None,
+    api_key: str | None = None,
+    limits: ServerLimits | None = None,
+    open_engines: bool = True,
+) -> Iterator[LiveServer]:
+    """Serve ``make_engines()`` on 127.0.0.1 until the block ends."""
+    with contextlib.ExitStack() as stack:
+        if portal is None:
+            portal = stack.enter_context(anyio.from_thread.start_blocking_portal("asyncio"))
+
+        async def build() -> tuple[Any, Mapping[str, EngineBridge]]:
+            engines = make_engines()
+            return create_app(engines, api_key=api_key, limits=limits, open_engines=open_engines), engines
+
+        app, engines = portal.call(build)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+        server = uvicorn.Server(config)
+        future = portal.start_task_soon(server.serve, [sock])
+        try:
+            with anyio.from_thread.start_blocking_portal("asyncio") as waiter:
+                waiter.call(_wait_started, server)
+            live = LiveServer(portal, app, engines, port)
+            if api_key:
+                live.headers = {"authorization": f"Bearer {api_key}"}
+            yield live
+        finally:
+            server.should_exit = True
+            future.result(timeout=30)
+            sock.close()
+
+
+async def _wait_started(server: uvicorn.Server) -> None:
+    with anyio.fail_after(30):
+        while not server.started:
+            await anyio.sleep(0.01)
+
+
+def scripted(**kwargs: Any) -> Callable[[], Mapping[str, EngineBridge]]:
+    """A factory of one ScriptedEngine served as ``scripted``."""
+    return lambda: {"scripted": ScriptedEngine(**kwargs)}
+
+
+def test_live_server_serves_health_and_models() -> None:
+    with live_server(scripted()) as srv:
+        assert httpx.get(f"{srv.url}/health").json()["status"] == "ok"
+        models = httpx.get(f"{srv.url}/v1/models").json()
+        assert [m["id"] for m in models["data"]] == ["scripted"]
+        assert srv.metric("microagent_engine_requests_running") == 0
