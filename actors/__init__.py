@@ -7,9 +7,46 @@ and scopes whose cancellation stops every actor in them (engine requests
 included). See ``actors/README.md``.
 """
 
+# --- collaboration ------------------------------------------------------------------
+from . import _ops_aggregate as _ops_aggregate
+from . import _ops_cascade as _ops_cascade
+from . import _ops_debate as _ops_debate
+from . import _ops_reflect as _ops_reflect
+from . import _ops_vote as _ops_vote
 from ._actor import Actor as Actor
 from ._actor import Reply as Reply
 from ._actor import handles as handles
+from ._answers import Tally as Tally
+from ._answers import majority as majority
+from ._answers import normalize_answer as normalize_answer
+from ._collab import CollaborationContext as CollaborationContext
+from ._collab import CollaborationOp as CollaborationOp
+from ._collab import PreparedCollaboration as PreparedCollaboration
+from ._collab import collaborate as collaborate
+from ._collab import collaboration_modes as collaboration_modes
+from ._collab import get_mode as get_mode
+from ._collab import prepare_collaboration as prepare_collaboration
+from ._collab import register_mode as register_mode
+from ._collab import unregister_mode as unregister_mode
+from ._collab_api import aggregate as aggregate
+from ._collab_api import cascade as cascade
+from ._collab_api import debate as debate
+from ._collab_api import reflect as reflect
+from ._collab_api import run_mode as run_mode
+from ._collab_api import vote as vote
+from ._collab_config import ModeConfig as ModeConfig
+from ._collab_roles import Role as Role
+from ._collab_roles import RoleActor as RoleActor
+from ._collab_roles import Turn as Turn
+from ._collab_roles import TurnDone as TurnDone
+from ._collab_types import AgentRecord as AgentRecord
+from ._collab_types import AgentSpec as AgentSpec
+from ._collab_types import AnswerSpec as AnswerSpec
+from ._collab_types import CollaborationEvent as CollaborationEvent
+from ._collab_types import CollaborationFailed as CollaborationFailed
+from ._collab_types import InvalidCollaboration as InvalidCollaboration
+from ._collab_types import Outcome as Outcome
+from ._collab_types import Usage as Usage
 from ._errors import ActorError as ActorError
 from ._errors import ActorFailed as ActorFailed
 from ._errors import ActorNameTaken as ActorNameTaken
@@ -35,45 +72,10 @@ from ._supervision import OneForOne as OneForOne
 from ._supervision import RestartKind as RestartKind
 from ._supervision import SupervisionEvent as SupervisionEvent
 from ._supervision import SupervisionStrategy as SupervisionStrategy
-
-# --- collaboration ------------------------------------------------------------------
-from . import _ops_aggregate as _ops_aggregate  # noqa: E402  (registers the built-in modes)
-from . import _ops_cascade as _ops_cascade  # noqa: E402
-from . import _ops_debate as _ops_debate  # noqa: E402
-from . import _ops_reflect as _ops_reflect  # noqa: E402
-from . import _ops_vote as _ops_vote  # noqa: E402
-from ._answers import Tally as Tally  # noqa: E402
-from ._answers import majority as majority  # noqa: E402
-from ._answers import normalize_answer as normalize_answer  # noqa: E402
-from ._collab import CollaborationContext as CollaborationContext  # noqa: E402
-from ._collab import CollaborationOp as CollaborationOp  # noqa: E402
-from ._collab import PreparedCollaboration as PreparedCollaboration  # noqa: E402
-from ._collab import collaborate as collaborate  # noqa: E402
-from ._collab import collaboration_modes as collaboration_modes  # noqa: E402
-from ._collab import get_mode as get_mode  # noqa: E402
-from ._collab import prepare_collaboration as prepare_collaboration  # noqa: E402
-from ._collab import register_mode as register_mode  # noqa: E402
-from ._collab import unregister_mode as unregister_mode  # noqa: E402
-from ._collab_api import aggregate as aggregate  # noqa: E402
-from ._collab_api import cascade as cascade  # noqa: E402
-from ._collab_api import debate as debate  # noqa: E402
-from ._collab_api import reflect as reflect  # noqa: E402
-from ._collab_api import run_mode as run_mode  # noqa: E402
-from ._collab_api import vote as vote  # noqa: E402
-from ._collab_config import ModeConfig as ModeConfig  # noqa: E402
-from ._collab_roles import Role as Role  # noqa: E402
-from ._collab_roles import RoleActor as RoleActor  # noqa: E402
-from ._collab_roles import Turn as Turn  # noqa: E402
-from ._collab_roles import TurnDone as TurnDone  # noqa: E402
-from ._collab_types import AgentRecord as AgentRecord  # noqa: E402
-from ._collab_types import AgentSpec as AgentSpec  # noqa: E402
-from ._collab_types import AnswerSpec as AnswerSpec  # noqa: E402
-from ._collab_types import CollaborationEvent as CollaborationEvent  # noqa: E402
-from ._collab_types import CollaborationFailed as CollaborationFailed  # noqa: E402
-from ._collab_types import InvalidCollaboration as InvalidCollaboration  # noqa: E402
-from ._collab_types import Outcome as Outcome  # noqa: E402
-from ._collab_types import Usage as Usage  # noqa: E402
-from ._validators import Verdict as Verdict  # noqa: E402
-from ._validators import json_schema_validator as json_schema_validator  # noqa: E402
-from ._validators import python_tests_validator as python_tests_validator  # noqa: E402
-from ._validators import run_validator as run_validator  # noqa: E402
+from ._validators import Verdict as Verdict
+from ._validators import json_schema_validator as json_schema_validator
+from ._validators import python_tests_validator as python_tests_validator
+from ._validators import run_validator as run_validator
+from ._trace import TraceRecorder as TraceRecorder  # noqa: E402
+from ._trace import plot_timeline as plot_timeline  # noqa: E402
+from ._trace import write_trace as write_trace  # noqa: E402

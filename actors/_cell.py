@@ -100,7 +100,8 @@ class _Node:
         if tg is None or self._closing:
             raise RuntimeNotRunning(f"{self.path} is not accepting new actors")
         if name is None:
-            base = getattr(behaviour, "__name__", type(behaviour).__name__).lower()
+            named = getattr(behaviour, "func", behaviour)  # functools.partial(Cls, ...)
+            base = getattr(named, "__name__", type(named).__name__).lower()
             while True:
                 name = f"{base}-{next(self._names)}"
                 if name not in self.children:

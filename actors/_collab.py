@@ -15,12 +15,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import anyio
+import attrs
 
 from ..engine_bridge import EngineBridge, EngineDied, KVHandle, Sampling, UnknownAdapter
 from ._answers import normalize_answer
 from ._collab_config import ModeConfig, build_config
 from ._collab_roles import Role, RoleActor, Turn, TurnDone
-from ._supervision import RestartKind
 from ._collab_types import (
     AgentRecord,
     AgentSpec,
@@ -31,6 +31,7 @@ from ._collab_types import (
     Usage,
     event,
 )
+from ._supervision import RestartKind
 
 ContextInput = str | Sequence[Mapping[str, Any]] | KVHandle
 EventCallback = Callable[[CollaborationEvent], Awaitable[None] | None]
@@ -201,11 +202,12 @@ class CollaborationContext:
         self._scope = scope
         self._on_event = on_event
         self._contexts: dict[str, KVHandle] = {engine.model: context}
-        self._t0 = time.monotonic()
+        self._t0 = anyio.current_time()
 
     # -- events ----------------------------------------------------------------------
     def now(self) -> float:
-        return time.monotonic() - self._t0
+        """Seconds since the collaboration started (the event loop's clock: virtual under a mock clock)."""
+        return anyio.current_time() - self._t0
 
     async def emit(self, type: str, agent: str | None = None, **data: Any) -> None:
         """Send an event to the caller (streaming, tracing)."""
@@ -311,12 +313,19 @@ class CollaborationContext:
             model=spec.model,
         )
         self.records[agent] = record
-        actor = RoleActor(agent=agent, spec=spec, bridge=bridge, record=record, emit=self.emit)
+        actor = RoleActor(agent=agent, spec=spec, bridge=bridge, record=record, emit=self.emit, clock=self.now)
         # temporary: a role that fails is recorded as failed, never silently restarted
         ref = self._scope.spawn(lambda: actor, name=agent, restart=RestartKind.TEMPORARY)
         role_ = Role(agent=agent, spec=spec, ref=ref, actor=actor, record=record, bridge=bridge)
         self.roles[agent] = role_
         return role_
+
+    def spawn_actor(self, behaviour: Callable[[], Any] | type, *, name: str) -> Any:
+        """Spawn any actor behaviour of yours in this collaboration's scope (a tool, a checker…).
+
+        It lives exactly as long as the collaboration: cancelled and cleaned up with it.
+        """
+        return self._scope.spawn(behaviour, name=name, restart=RestartKind.TEMPORARY)
 
     async def spawn_all(self, specs: Sequence[AgentSpec] | None = None, role: str | None = None) -> list[Role]:
         """Spawn every agent of ``specs`` (default: all of the request's agents)."""
@@ -341,7 +350,7 @@ class CollaborationContext:
     async def turn(self, role: Role, turn: Turn) -> TurnDone:
         """Ask ``role`` to generate ``turn``; a role that fails is recorded, then re-raised."""
         try:
-            return await role.turn(turn)
+            return await role.turn(attrs.evolve(turn, sent_at=self.now()))
         except Exception as exc:
             role.record.finish_reason = "error"
             role.record.error = f"{type(exc).__name__}: {getattr(exc, 'cause', exc)}"
@@ -479,8 +488,12 @@ async def _with_runtime(runtime: Any, engine: EngineBridge, body: Callable[[Any]
         return await body(runtime)
     from ._runtime import Runtime
 
+    outcome: Outcome | None = None
     async with Runtime(engine=engine) as rt:
-        return await body(rt)
+        outcome = await body(rt)
+    if outcome is None:  # the runtime ended the block itself (an escalation)
+        raise CollaborationFailed("the actor runtime stopped the collaboration", cause=rt.failure)
+    return outcome
 
 
 def _outcome(ctx: CollaborationContext, answer: str, wall: float) -> Outcome:

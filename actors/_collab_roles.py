@@ -40,6 +40,7 @@ class Turn:
     priority: int = 0
     label: str = "turn"
     round: int | None = None
+    sent_at: float | None = None
 
 
 @attrs.frozen
@@ -73,6 +74,7 @@ class RoleActor(Actor):
         bridge: EngineBridge,
         record: AgentRecord,
         emit: Callable[..., Awaitable[None]],
+        clock: Callable[[], float],
         delta_events: bool = True,
     ) -> None:
         super().__init__()
@@ -82,6 +84,7 @@ class RoleActor(Actor):
         self.record = record
         self._emit = emit
         self._delta_events = delta_events
+        self._clock = clock
         self.current_request: str | None = None
         self.pruned = False
 
@@ -96,15 +99,23 @@ class RoleActor(Actor):
             return TurnDone(self.agent, None, skipped=True)
         if record.started is None:
             record.started = self.bridge.clock()
-        await self._emit("agent_started", self.agent, role=record.role, label=turn.label, round=turn.round)
+        handler_start = self._clock()
+        await self._emit(
+            "agent_started", self.agent, role=record.role, label=turn.label, round=turn.round,
+            sent_at=turn.sent_at if turn.sent_at is not None else handler_start,
+        )
         if self.pruned:  # no checkpoint between this test and the request's registration
             return TurnDone(self.agent, None, skipped=True)
+        submitted = self._clock()
+        first_token: float | None = None
         async with self.bridge.stream(
             turn.prompt, turn.sampling, adapter=self.spec.adapter, priority=turn.priority
         ) as gen:
             self.current_request = gen.request_id
             try:
                 async for delta in gen:
+                    if first_token is None:
+                        first_token = self._clock()
                     if self._delta_events and delta.text:
                         await self._emit("delta", self.agent, text=delta.text, label=turn.label)
             finally:
@@ -132,6 +143,11 @@ class RoleActor(Actor):
             cached_tokens=result.cached_tokens,
             completion_tokens=result.completion_tokens,
             cache_miss=result.cache_miss,
+            expected_cached_tokens=result.expected_cached_tokens,
+            request_id=result.request_id,
+            submitted=submitted,
+            first_token=first_token,
+            finished=self._clock(),
         )
         return TurnDone(self.agent, result)
 
@@ -147,6 +163,7 @@ class Role:
     record: AgentRecord
     bridge: EngineBridge
     thread: KVHandle | None = None  # the agent's own append-only context, when it has one
+    reasoning: KVHandle | None = None  # its last free-text output, as a handle segment
 
     async def turn(self, turn: Turn, *, timeout: float | None = None) -> TurnDone:
         """Ask the role to generate (through its mailbox) and wait for its reply."""

@@ -87,7 +87,7 @@ class AgentSpec:
             expected = _AGENT_FIELD_TYPES[key]
             if value is None and key != "name" and key != "count" and key != "instructions":
                 continue
-            if isinstance(value, bool) and bool not in expected or not isinstance(value, expected):
+            if (isinstance(value, bool) and bool not in expected) or not isinstance(value, expected):
                 names = " or ".join(t.__name__ for t in expected)
                 raise InvalidCollaboration(f"agents.{key}", f"must be {names}, got {type(value).__name__}")
         try:

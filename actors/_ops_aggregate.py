@@ -9,10 +9,12 @@ The aggregator is the agent whose role or name is ``aggregator`` (else the last 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 import anyio
 
+from ..engine_bridge import KVHandle
 from ._collab import CollaborationContext, CollaborationOp, register_mode
 from ._collab_config import ModeConfig
 from ._collab_roles import Role, Turn, TurnDone, clean_text
@@ -44,9 +46,9 @@ class Aggregate(CollaborationOp):
     )
     min_agents = 2
 
-    def validate(self, config: ModeConfig, agents: object) -> None:
-        super().validate(config, agents)  # type: ignore[arg-type]
-        specs = tuple(agents)  # type: ignore[call-overload]
+    def validate(self, config: ModeConfig, agents: Sequence[AgentSpec]) -> None:
+        super().validate(config, agents)
+        specs = tuple(agents)
         _, aggregator = split_aggregator(specs)
         if aggregator.count != 1:
             raise InvalidCollaboration("agents.count", "the aggregator must have count 1")
@@ -74,14 +76,14 @@ class Aggregate(CollaborationOp):
         assert first is not None
         chat = aggregator.bridge.chat  # type: ignore[attr-defined]
         base = chat.close_turn(first.handle)
-        parts: list[object] = []
+        parts: list[str | KVHandle] = []
         for name in ordered[1:]:
             result = proposals[name].result
             assert result is not None
             parts.append(f"\nProposal from {name}: ")
             parts.append(result.output)
         instructions = "\n".join(x for x in (AGGREGATE_PROMPT, aggregator_spec.instructions) if x)
-        prompt = ctx.prompt(aggregator_spec, base=base, parts=parts, instructions="\n" + instructions)  # type: ignore[arg-type]
+        prompt = ctx.prompt(aggregator_spec, base=base, parts=parts, instructions="\n" + instructions)
         done = await ctx.turn(aggregator, Turn(prompt, ctx.sampling(aggregator_spec, temperature=0.0), label="aggregate", priority=-1))
         if done.result is None:
             raise CollaborationFailed("the aggregator produced nothing", tuple(ctx.records.values()))

@@ -11,11 +11,13 @@ explicitly when not (the one documented exception to "never re-tokenize").
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import anyio
 import attrs
 
+from ..engine_bridge import KVHandle
 from ._answers import all_agree, majority
 from ._collab import CollaborationContext, CollaborationOp, register_mode, tokenizer_fingerprint
 from ._collab_config import ModeConfig
@@ -60,9 +62,9 @@ class Cascade(CollaborationOp):
     )
     min_agents = 2
 
-    def validate(self, config: ModeConfig, agents: object) -> None:
-        super().validate(config, agents)  # type: ignore[arg-type]
-        specs = tuple(agents)  # type: ignore[call-overload]
+    def validate(self, config: ModeConfig, agents: Sequence[AgentSpec]) -> None:
+        super().validate(config, agents)
+        specs = tuple(agents)
         if len(specs) < 2:
             raise InvalidCollaboration("agents", "cascade needs drafters and a verifier")
         _, verifier = split_verifier(specs)
@@ -90,7 +92,7 @@ class Cascade(CollaborationOp):
         answers = {name: ctx.normalize(drafts[name].text) for name in ordered}
         for name, answer in answers.items():
             ctx.records[name].answer = answer
-        agree = all_agree(answers) or len(answers) == 1 and config.verify != "always"
+        agree = all_agree(answers) or (len(answers) == 1 and config.verify != "always")
         choices = config.answer.choices if config.answer is not None else None
         winner = majority([answers[n] for n in ordered], choices)
         best = next(n for n in ordered if answers[n] == winner) if winner else ordered[0]
@@ -106,13 +108,13 @@ class Cascade(CollaborationOp):
         bridge = verifier.bridge
         same_tokens = all(tokenizer_fingerprint(bridge) == tokenizer_fingerprint(d.bridge) for d in drafters)
         ctx.extra["retokenized"] = not same_tokens
-        parts: list[object] = []
+        parts: list[str | KVHandle] = []
         for i, name in enumerate([best] + [n for n in ordered if n != best], 1):
             result = drafts[name].result
             assert result is not None
             parts.append(f"\nDraft {i}: ")
             parts.append(ctx.transfer(result.output, bridge) if same_tokens else clean_text(result.text))
-        prompt = ctx.prompt(verifier_spec, parts=parts, instructions="\n" + (verifier_spec.instructions or VERIFY_PROMPT))  # type: ignore[arg-type]
+        prompt = ctx.prompt(verifier_spec, parts=parts, instructions="\n" + (verifier_spec.instructions or VERIFY_PROMPT))
         done = await ctx.turn(verifier, Turn(prompt, ctx.sampling(verifier_spec, temperature=0.0), label="verify", priority=-1))
         if done.result is None:
             raise CollaborationFailed("the verifier produced nothing", tuple(ctx.records.values()))

@@ -14,6 +14,7 @@ from typing import ClassVar
 import anyio
 import attrs
 
+from ..engine_bridge import KVHandle
 from ._answers import all_agree, majority
 from ._collab import CollaborationContext, CollaborationOp, register_mode
 from ._collab_config import ModeConfig
@@ -80,15 +81,15 @@ class Debate(CollaborationOp):
                 return winner if choices else latest[agent.agent].text.replace("<|im_end|>", "").strip()
         return winner
 
-    def _prompt(self, ctx: CollaborationContext, agent: Role, r: int, previous: dict[str, TurnDone]) -> object:
+    def _prompt(self, ctx: CollaborationContext, agent: Role, r: int, previous: dict[str, TurnDone]) -> KVHandle:
         spec = agent.spec
         if r == 1 or agent.thread is None:
             instructions = "\n".join(x for x in (spec.instructions, FIRST_PROMPT) if x)
             return ctx.prompt(spec, instructions=instructions)
-        parts: list[object] = []
+        parts: list[str | KVHandle] = []
         for name in sorted(previous):
-            if name == agent.agent or previous[name].result is None:
+            result = previous[name].result
+            if name == agent.agent or result is None:
                 continue
-            parts.append(f"\nAgent {name}: ")
-            parts.append(previous[name].result.output)  # type: ignore[union-attr]
-        return ctx.prompt(spec, base=agent.thread, instructions=DEBATE_PROMPT, parts=parts)  # type: ignore[arg-type]
+            parts += [f"\nAgent {name}: ", result.output]
+        return ctx.prompt(spec, base=agent.thread, instructions=DEBATE_PROMPT, parts=parts)

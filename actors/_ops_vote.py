@@ -14,11 +14,12 @@ never started when the first ones agree.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import anyio
 import attrs
 
+from ..engine_bridge import KVHandle
 from ._answers import Tally
 from ._collab import CollaborationContext, CollaborationOp, register_mode
 from ._collab_config import ModeConfig, _bounded
@@ -65,7 +66,8 @@ class Vote(CollaborationOp):
         if style == "auto":
             style = "direct" if (config.answer is not None and config.max_tokens <= 32) else "reason"
         choices = config.answer.choices if config.answer is not None else None
-        voters = await ctx.spawn_all(role="voter")
+        voter_specs, aggregator_spec = _split(ctx.agents)
+        voters = await ctx.spawn_all(voter_specs, role="voter")
         tally = Tally(total_voters=len(voters), choices=choices)
         ctx.votes = {}
         state: dict[str, Any] = {"decided": False}
@@ -98,7 +100,32 @@ class Vote(CollaborationOp):
                 await ctx.prune(voter, "early_stop")
         ctx.votes = tally.as_dict()
         ctx.extra["style"] = style
-        return tally.leader()
+        winner = tally.leader()
+        if aggregator_spec is None:
+            return winner
+        ctx.extra["decision"] = winner
+        return await self._summarize(ctx, aggregator_spec, [v for v in voters if v.record.answer == winner], winner)
+
+    async def _summarize(self, ctx: CollaborationContext, spec: AgentSpec, majority: list[Role], winner: str) -> str:
+        """The aggregator writes the final text from the majority voters' reasoning.
+
+        It continues the first majority voter's thread (a cached prefix) and gets
+        the other majority voters' reasoning spliced as handles.
+        """
+        aggregator = await ctx.spawn(spec.agent_names()[0], spec, "aggregator")
+        chat = aggregator.bridge.chat  # type: ignore[attr-defined]
+        threads = [v.thread for v in majority if v.thread is not None]
+        base = chat.close_turn(threads[0]) if threads else None
+        parts: list[str | KVHandle] = []
+        for voter in majority[1:]:
+            if voter.thread is not None and voter.reasoning is not None:
+                parts += [f"\nReviewer {voter.agent}: ", voter.reasoning]
+        instructions = "\n".join(
+            x for x in (f"The majority answer is: {winner}.", spec.instructions or SUMMARY_PROMPT) if x
+        )
+        prompt = ctx.prompt(spec, base=base, parts=parts, instructions=instructions)
+        done = await ctx.turn(aggregator, Turn(prompt, ctx.sampling(spec, temperature=0.0), label="aggregate", priority=-2))
+        return clean_text(done.text) or winner
 
     async def _vote(self, ctx: CollaborationContext, voter: Role, style: str) -> str | None:
         config = ctx.config
@@ -112,6 +139,8 @@ class Vote(CollaborationOp):
         first = await ctx.turn(voter, Turn(prompt, ctx.sampling(spec), label="reason"))
         if first.result is None or first.result.finish_reason == "abort":
             return None
+        voter.thread = first.result.handle
+        voter.reasoning = first.result.output
         if config.answer is None:
             return _final_line(first.text)
         # The answer step continues the voter's own handle: its reasoning is a cached prefix.
@@ -124,6 +153,19 @@ class Vote(CollaborationOp):
             return None
         voter.record.output = f"{clean_text(first.text)}\n{ANSWER_CUE}: {clean_text(second.text)}"
         return second.text
+
+
+SUMMARY_PROMPT = "Write the final answer for the user, using the reviewers' reasoning. Be concise."
+
+
+def _split(agents: tuple[AgentSpec, ...]) -> tuple[list[AgentSpec], AgentSpec | None]:
+    """(voters, aggregator or None): an agent with role or name ``aggregator`` summarises."""
+    for i, spec in enumerate(agents):
+        if spec.role == "aggregator" or spec.name == "aggregator":
+            if spec.count != 1:
+                raise InvalidCollaboration("agents.count", "the aggregator must have count 1")
+            return [a for j, a in enumerate(agents) if j != i], spec
+    return list(agents), None
 
 
 def _default_instructions(ctx: CollaborationContext, style: str) -> str:

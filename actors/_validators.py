@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import attrs
 
-Validator = Callable[[str], "bool | str | None | Awaitable[bool | str | None]"]
+Validator = Callable[[str], "bool | str | Awaitable[bool | str | None] | None"]
 
 
 @attrs.frozen
@@ -102,8 +102,7 @@ def python_tests_validator(tests: str, *, timeout: float = 10.0) -> Callable[[st
                     code = code[len("python") :]
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "candidate.py")
-            with open(path, "w") as f:
-                f.write(code + "\n\n" + tests + "\n")
+            await anyio.Path(path).write_text(code + "\n\n" + tests + "\n")
             try:
                 proc = await _run_with_timeout(path, timeout)
             except TimeoutError:

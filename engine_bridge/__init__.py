@@ -29,3 +29,7 @@ from ._chat import ChatTemplate as ChatTemplate
 from ._chat import Message as Message
 from ._scripted import ScriptedEngine as ScriptedEngine
 from ._tokenizer import ToyTokenizer as ToyTokenizer
+from ._lora import make_random_lora as make_random_lora
+from ._models import prepare_model as prepare_model
+from ._models import resolve_model as resolve_model
+from ._vllm import VLLMBridge as VLLMBridge

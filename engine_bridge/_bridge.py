@@ -10,12 +10,13 @@ engine: ``_engine_steps`` (stream one request), ``_abort_engine`` and
 from __future__ import annotations
 
 import abc
+import contextlib
 import itertools
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import anyio
 import attrs
@@ -23,6 +24,9 @@ import attrs
 from ._errors import EngineDied, RequestRefused, UnknownAdapter
 from ._handle import AdapterRef, KVHandle
 from ._types import EngineStats, FinishReason, GenerationResult, Sampling, Timings, TokenDelta
+
+if TYPE_CHECKING:
+    from ._chat import ChatComposer
 
 _RESIDENT_LIMIT = 8192
 
@@ -129,10 +133,8 @@ class Generation:
             finally:
                 steps, self._steps = self._steps, None
                 if steps is not None and hasattr(steps, "aclose"):
-                    try:
+                    with contextlib.suppress(Exception):  # engine generator teardown
                         await steps.aclose()
-                    except Exception:  # pragma: no cover - engine generator teardown
-                        pass
                 self._bridge._unregister(self)
 
     def __aiter__(self) -> AsyncIterator[TokenDelta]:
@@ -178,6 +180,9 @@ class EngineBridge(abc.ABC):
     Every method that talks to the engine is safe to call from many tasks at
     once: requests are multiplexed on the one engine.
     """
+
+    #: Token-level chat composition with this model's template (set by each engine).
+    chat: ChatComposer
 
     def __init__(self, model: str, *, block_size: int) -> None:
         self.model = model
@@ -379,6 +384,8 @@ class EngineBridge(abc.ABC):
     async def wait_idle(self, timeout: float = 5.0) -> bool:
         """Wait until no request is live here *and* the scheduler reports none running."""
         with anyio.move_on_after(timeout):
+            # the scheduler's state arrives from the engine process (stat logger):
+            # there is no event to wait on, so poll it
             while self._live or self._scheduler_snapshot().running:
                 await anyio.sleep(0.01)
             return True

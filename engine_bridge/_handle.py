@@ -28,6 +28,10 @@ class AdapterRef:
 Decoder = Callable[[Sequence[int]], str]
 
 
+def _token_tuple(ids: Iterable[int]) -> tuple[int, ...]:
+    return ids if isinstance(ids, tuple) else tuple(ids)
+
+
 @attrs.frozen(eq=False, repr=False)
 class KVHandle:
     """A token-id sequence that the engine has (or had) in its prefix cache.
@@ -40,7 +44,7 @@ class KVHandle:
         parent: the handle this one extends, if any (lineage, not identity).
     """
 
-    token_ids: tuple[int, ...] = attrs.field(converter=tuple)
+    token_ids: tuple[int, ...] = attrs.field(converter=_token_tuple)
     model: str
     adapter: AdapterRef | None = None
     epoch: int = 0

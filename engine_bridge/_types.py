@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Iterable
+from typing import Any, Literal
 
 import attrs
 
@@ -11,9 +12,17 @@ from ._handle import KVHandle
 FinishReason = Literal["stop", "length", "abort", "error"]
 
 
-def _non_negative(_: object, attribute: attrs.Attribute[object], value: object) -> None:
+def _non_negative(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and isinstance(value, int | float) and value < 0:
         raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
+
+
+def _strings(values: Iterable[str] | None) -> tuple[str, ...] | None:
+    return None if values is None else tuple(values)
+
+
+def _stop_strings(values: Iterable[str] | None) -> tuple[str, ...]:
+    return () if values is None else tuple(values)
 
 
 @attrs.frozen
@@ -30,10 +39,8 @@ class Sampling:
     top_p: float = 1.0
     top_k: int | None = None
     seed: int | None = None
-    stop: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    choices: tuple[str, ...] | None = attrs.field(
-        default=None, converter=attrs.converters.optional(tuple)
-    )
+    stop: tuple[str, ...] = attrs.field(default=(), converter=_stop_strings)
+    choices: tuple[str, ...] | None = attrs.field(default=None, converter=_strings)
     regex: str | None = None
 
     def __attrs_post_init__(self) -> None:

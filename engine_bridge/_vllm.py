@@ -21,6 +21,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import anyio
+
 from . import _vllm_compat as compat
 from ._bridge import EngineBridge, EngineRequest, EngineStep, SchedulerSnapshot
 from ._errors import EngineBridgeError, EngineDied, EngineUnavailable, RequestRefused
@@ -125,7 +127,6 @@ class VLLMBridge(EngineBridge):
         self._restart_task: asyncio.Task[None] | None = None
         self._unavailable: EngineUnavailable | None = None
         self._closed = False
-        self._chat: ChatComposer | None = None
         for name, path in (adapters or {}).items():
             self.register_adapter(name, str(path))
 
@@ -143,6 +144,7 @@ class VLLMBridge(EngineBridge):
                 )
             if self._tokenizer is None:
                 self._tokenizer = await asyncio.to_thread(compat.HFTokenizer, str(self.model_path))
+                self.chat = self._make_chat()
             await self._start_engine()
 
     async def close(self) -> None:
@@ -268,24 +270,21 @@ class VLLMBridge(EngineBridge):
     def detokenize(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(token_ids)
 
-    @property
-    def chat(self) -> ChatComposer:
+    def _make_chat(self) -> ChatComposer:
         """Token-level chat composition with the model's own chat template."""
-        if self._chat is None:
-            from ._chat import ChatComposer, ChatTemplate
+        from ._chat import ChatComposer, ChatTemplate
 
-            tok = self.tokenizer
-            if not tok.has_chat_template:
-                raise EngineBridgeError(f"model {self.model!r} has no chat template")
-            eot_text = tok.eos_token
-            eot_id = tok.eos_token_id
-            if eot_text is None or eot_id is None:
-                raise EngineBridgeError(f"model {self.model!r} has no end-of-turn token")
-            template = ChatTemplate.from_renderer(
-                render=tok.render_chat, encode=tok.encode, eot_token_id=eot_id, eot_text=eot_text
-            )
-            self._chat = ChatComposer(template, self)
-        return self._chat
+        tok = self.tokenizer
+        if not tok.has_chat_template:
+            raise EngineBridgeError(f"model {self.model!r} has no chat template")
+        eot_text = tok.eos_token
+        eot_id = tok.eos_token_id
+        if eot_text is None or eot_id is None:
+            raise EngineBridgeError(f"model {self.model!r} has no end-of-turn token")
+        template = ChatTemplate.from_renderer(
+            render=tok.render_chat, encode=tok.encode, eot_token_id=eot_id, eot_text=eot_text
+        )
+        return ChatComposer(template, self)
 
     # -- requests ----------------------------------------------------------------------
     def check_request(self, prompt: KVHandle, sampling: Sampling) -> None:
@@ -404,14 +403,8 @@ class VLLMBridge(EngineBridge):
 
     async def wait_ready(self, timeout: float = 120.0) -> None:
         """Wait until an engine is serving (after a restart); raise if it could not start."""
-        with anyio_fail_after(timeout):
+        with anyio.fail_after(timeout):
             await self._ready_engine()
-
-
-def anyio_fail_after(timeout: float) -> contextlib.AbstractContextManager[Any]:
-    import anyio
-
-    return anyio.fail_after(timeout)
 
 
 def _shutdown(engine: Any) -> None:

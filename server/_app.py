@@ -286,13 +286,25 @@ def _check_sampling(body: ChatCompletionRequest, limits: ServerLimits) -> None:
 
 async def _compose(bridge: EngineBridge, messages: list[dict[str, str]]) -> KVHandle:
     """The conversation as a handle; long texts are tokenized off the event loop."""
-    size = sum(len(m["content"]) for m in messages)
     chat: Any = bridge.chat  # type: ignore[attr-defined]
-    if size < 2048:
-        handle: KVHandle = chat.context(messages)
-        return handle
-    result: KVHandle = await anyio.to_thread.run_sync(chat.context, messages)
-    return result
+    roles = getattr(getattr(chat, "template", None), "roles", None)
+    if roles is not None:
+        for i, m in enumerate(messages):
+            if m["role"] not in roles:
+                raise bad_request(
+                    f"messages[{i}].role: role {m['role']!r} is not supported by the chat template of "
+                    f"{bridge.model!r} (supported: {sorted(roles)})",
+                    f"messages[{i}].role",
+                )
+    size = sum(len(m["content"]) for m in messages)
+    try:
+        if size < 2048:
+            handle: KVHandle = chat.context(messages)
+            return handle
+        result: KVHandle = await anyio.to_thread.run_sync(chat.context, messages)
+        return result
+    except (ValueError, KeyError, TypeError) as exc:
+        raise bad_request(f"messages cannot be composed for {bridge.model!r}: {exc}", "messages") from None
 
 
 def _context_limit(bridge: EngineBridge) -> int | None:
@@ -702,8 +714,7 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
                 request,
                 lambda: _run_collaboration(state, bridge, engines, mode, context, specs, options, None),
             )
-        except _ClientGone:
-            state.metrics.inc("microagent_collaborations_total", mode=mode, status="cancelled")
+        except _ClientGone:  # counted as cancelled by _run_collaboration
             return Response(status_code=499)
     finally:
         if not handed:

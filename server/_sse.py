@@ -125,12 +125,15 @@ class SSEResponse(Response):
         on_disconnect: Callable[[], None] | None = None,
         on_close: Callable[[], None] | None = None,
     ) -> None:
-        super().__init__(
-            content=None,
-            status_code=200,
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-            media_type=self.media_type,
-        )
+        # no super().__init__: it would add ``content-length: 0`` to a streamed body
+        self.status_code = 200
+        self.background = None
+        self.body = b""
+        self.raw_headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]
         self._produce = produce
         self._buffer = buffer
         self._on_disconnect = on_disconnect

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from hypothesis import given
-from strategies import vote_sequences
-
 from microagent.actors._answers import Tally, all_agree, majority, normalize_answer
+from strategies import vote_sequences
 
 
 def test_normalize_maps_to_choices() -> None:

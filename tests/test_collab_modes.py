@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 import anyio
 import pytest
-
 from microagent.actors import (
     AgentSpec,
     CollaborationContext,

@@ -14,7 +14,6 @@ import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from microagent.actors import AgentSpec, CollaborationEvent, Runtime, collaborate
 from microagent.engine_bridge import EngineRequest, ScriptedEngine
 

@@ -9,11 +9,8 @@ import anyio
 import pytest
 import trio
 import trio.testing
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import cache_programs, chat_texts
-
 from microagent.engine_bridge import (
     EngineDied,
     EngineRequest,
@@ -25,6 +22,7 @@ from microagent.engine_bridge import (
     ScriptedEngine,
     ToyTokenizer,
 )
+from strategies import cache_programs, chat_texts
 
 BACKEND_RUNS = [
     pytest.param(("asyncio", {}), id="asyncio"),

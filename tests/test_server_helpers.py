@@ -17,7 +17,6 @@ import anyio
 import anyio.from_thread
 import httpx
 import uvicorn
-
 from microagent.engine_bridge import EngineBridge
 from microagent.engine_bridge._scripted import ScriptedEngine
 from microagent.server import ServerLimits, create_app
@@ -32,6 +31,7 @@ class LiveServer:
         self.engines = dict(engines)
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
+        self.headers = {}
 
     @property
     def state(self) -> Any:
@@ -45,7 +45,7 @@ class LiveServer:
                 return float(line.split()[1])
         raise KeyError(name)
 
-    headers: dict[str, str] = {}
+    headers: dict[str, str]
 
 
 @contextlib.contextmanager
@@ -87,10 +87,17 @@ def live_server(
             sock.close()
 
 
-async def _wait_started(server: uvicorn.Server) -> None:
-    with anyio.fail_after(30):
-        while not server.started:
+async def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> None:
+    """Wait until ``predicate()`` is true: state owned by another thread or process has no event to await."""
+    with anyio.fail_after(timeout):
+        while True:
+            if predicate():
+                return
             await anyio.sleep(0.01)
+
+
+async def _wait_started(server: uvicorn.Server) -> None:
+    await eventually(lambda: server.started, 30)
 
 
 def scripted(**kwargs: Any) -> Callable[[], Mapping[str, EngineBridge]]:

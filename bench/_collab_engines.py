@@ -1,0 +1,143 @@
+"""The engines under test: microagent's in-process bridge and vLLM's own HTTP servers.
+
+Both get the same scheduler settings (``SETTINGS``) and the same KV cache
+size (``VLLM_CPU_KVCACHE_SPACE``). Token and cache numbers come from each
+engine's own counters: the bridge's ``stats()`` for microagent, ``/metrics``
+for the servers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from microagent import VLLMBridge
+from microagent.engine_bridge import Generation
+
+SETTINGS: dict[str, Any] = {
+    "max_num_batched_tokens": 2048,
+    "max_num_seqs": 16,
+    "max_model_len": 4096,
+    "kv_cache_gib": "1",
+}
+SERVED_NAME = "bench"
+
+
+class RecordingBridge(VLLMBridge):
+    """A ``VLLMBridge`` that keeps every ``Generation`` it started (for prompts and timings).
+
+    Instrumentation only: ``Outcome`` does not expose the engine requests'
+    prompt token ids or timings, which the ideal-prefill arithmetic and the
+    time split need.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.generations: list[Generation] = []
+
+    def stream(self, *args: Any, **kwargs: Any) -> Generation:
+        gen = super().stream(*args, **kwargs)
+        self.generations.append(gen)
+        return gen
+
+
+def make_bridge() -> RecordingBridge:
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = SETTINGS["kv_cache_gib"]
+    return RecordingBridge(
+        "default", served_name=SERVED_NAME,
+        max_num_batched_tokens=SETTINGS["max_num_batched_tokens"],
+        max_num_seqs=SETTINGS["max_num_seqs"], max_model_len=SETTINGS["max_model_len"],
+        progress=False,
+    )
+
+
+class Server:
+    """``python -m vllm.entrypoints.openai.api_server`` on the default model, as a child process."""
+
+    def __init__(self, model_dir: Path, port: int, *, prefix_caching: bool, log: Path) -> None:
+        self.port = port
+        self.prefix_caching = prefix_caching
+        self.log = log
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        self.start_seconds = 0.0
+        cmd = [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(model_dir), "--served-model-name", SERVED_NAME,
+            "--host", "127.0.0.1", "--port", str(port),
+            "--max-num-batched-tokens", str(SETTINGS["max_num_batched_tokens"]),
+            "--max-num-seqs", str(SETTINGS["max_num_seqs"]),
+            "--max-model-len", str(SETTINGS["max_model_len"]),
+            "--dtype", "bfloat16", "--enforce-eager", "--gpu-memory-utilization", "0.5",
+        ]
+        cmd.append("--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching")
+        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=SETTINGS["kv_cache_gib"], VLLM_SERVER_DEV_MODE="1")
+        self._t0 = time.monotonic()
+        self._log_file = open(log, "w")  # noqa: SIM115 - closed in stop()
+        # the bench's own directory must not shadow anything in the server
+        self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT, env=env, cwd="/")
+
+    def wait_healthy(self, timeout: float = 600.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM server exited with {self.proc.returncode}; see {self.log}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        self.start_seconds = time.monotonic() - self._t0
+                        return
+            except OSError:
+                pass
+            time.sleep(1.0)
+        raise TimeoutError(f"vLLM server not healthy after {timeout} s; see {self.log}")
+
+    def metrics(self) -> dict[str, float]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
+            return parse_metrics(r.read().decode())
+
+    def reset_prefix_cache(self) -> None:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/reset_prefix_cache", method="POST")
+        try:
+            urllib.request.urlopen(req, timeout=10).close()
+        except OSError:
+            pass  # contexts differ per repetition anyway
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log_file.close()
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+([-+\deE.naNinf]+)$")
+METRICS = (
+    "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+    "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+    "vllm:prompt_tokens_cached_total",
+    "vllm:request_prefill_time_seconds_sum", "vllm:request_decode_time_seconds_sum",
+    "vllm:request_queue_time_seconds_sum", "vllm:request_success_total",
+)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Sum of each counter of ``METRICS`` over its label sets, from Prometheus text."""
+    out = dict.fromkeys(METRICS, 0.0)
+    for line in text.splitlines():
+        m = _SAMPLE.match(line.strip())
+        if m and m.group(1) in out:
+            out[m.group(1)] += float(m.group(3))
+    return out
+
+
+def metric_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in METRICS}

@@ -1,0 +1,60 @@
+"""The prompt text of microagent's modes, for the client-side re-implementations.
+
+Copied (a unit test checks they still equal microagent's constants) so that
+the client-side and LangGraph code, which run in a virtual environment
+without microagent, send the same words in the same chat layout: the shared
+context first, each role's own turn after it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ANSWER_CUE = "Therefore, the final answer is"
+DEBATE_PROMPT = (
+    "These are the answers of the other agents. Considering them, give your updated answer, "
+    "briefly. End with a line 'Answer: <your answer>'."
+)
+FIRST_PROMPT = "Answer the question, briefly. End with a line 'Answer: <your answer>'."
+AGGREGATE_PROMPT = (
+    "Above is one proposal; the other proposals follow. Combine the best parts of all proposals "
+    "into one final answer. Reply with the final answer only."
+)
+APPROVAL = "APPROVED"
+CRITIC_PROMPT = (
+    "Review the answer above. If it is correct and complete, reply with the single word "
+    f"{APPROVAL}. Otherwise, list the problems briefly."
+)
+REVISE_PROMPT = "Revise your answer to fix these problems. Reply with the revised answer only."
+
+Message = dict[str, Any]
+
+
+def clean(text: str) -> str:
+    """Model text without end-of-turn markers."""
+    return text.replace("<|im_end|>", "").replace("<|endoftext|>", "").strip()
+
+
+def vote_instructions(choices: list[str], style: str) -> str:
+    """microagent's default voter instructions (``_ops_vote._default_instructions``)."""
+    options = ", ".join(choices)
+    if style == "direct":
+        return f"Answer with exactly one of: {options}."
+    return f"Think step by step, briefly, then give your answer (one of: {options})."
+
+
+def answer_cue(choices: list[str]) -> str:
+    return f"{ANSWER_CUE} one of: {', '.join(choices)}."
+
+
+def user(text: str) -> Message:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> Message:
+    return {"role": "assistant", "content": text}
+
+
+def spliced(parts: list[tuple[str, str]], instructions: str) -> str:
+    """A user turn of labelled outputs then instructions, as microagent splices them."""
+    return "".join(f"{label}{clean(text)}" for label, text in parts) + instructions

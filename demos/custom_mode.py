@@ -1,0 +1,110 @@
+"""A custom CollaborationOp and a custom Actor behaviour, written only against the public API.
+
+`solve_and_check`: N solvers answer an arithmetic question; a `Checker` actor
+(plain Python, no model) verifies each answer the solvers send it through its
+mailbox; the first verified answer wins and the other solvers are pruned —
+their engine requests aborted.
+
+    python demos/custom_mode.py "What is 17 * 3?"
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import ClassVar
+
+import anyio
+import attrs
+from microagent import (
+    Actor,
+    AgentSpec,
+    CollaborationContext,
+    CollaborationOp,
+    EngineBridge,
+    Outcome,
+    Turn,
+    VLLMBridge,
+    collaborate,
+    handles,
+    register_mode,
+)
+
+
+@attrs.frozen
+class Check:
+    """Ask the checker whether ``answer`` solves ``question``."""
+
+    question: str
+    answer: str
+
+
+class Checker(Actor):
+    """A custom behaviour: evaluates simple arithmetic and counts what it checked."""
+
+    def __init__(self) -> None:
+        self.checked = 0
+
+    @handles(Check)
+    async def check(self, message: Check) -> bool:
+        self.checked += 1
+        expr = re.search(r"(\d+)\s*([-+*/x])\s*(\d+)", message.question)
+        got = re.findall(r"-?\d+", message.answer)
+        if expr is None or not got:
+            return False
+        a, op, b = int(expr.group(1)), expr.group(2), int(expr.group(3))
+        value = {"+": a + b, "-": a - b, "*": a * b, "x": a * b, "/": a // b if b else None}[op]
+        return value is not None and int(got[-1]) == value
+
+
+@register_mode
+class SolveAndCheck(CollaborationOp):
+    """N solvers race; the checker verifies; the first verified answer wins."""
+
+    name = "solve_and_check"
+    default_agents: ClassVar[tuple[AgentSpec, ...]] = (
+        AgentSpec("solver", count=3, instructions="Answer with the number only.", temperature=0.9),
+    )
+
+    async def run(self, ctx: CollaborationContext) -> str:
+        question = str(ctx.messages[-1]["content"]) if ctx.messages else ""
+        checker = ctx.spawn_actor(Checker, name="checker")
+        solvers = await ctx.spawn_all(role="solver")
+        winner: list[str] = []
+
+        async def solve(role) -> None:  # type: ignore[no-untyped-def]
+            done = await ctx.turn(role, Turn(ctx.prompt(role.spec), ctx.sampling(role.spec, max_tokens=12)))
+            if done.result is None or winner:
+                return
+            ok = await checker.ask(Check(question, done.text), timeout=5)
+            await ctx.emit("checked", role.agent, ok=ok, answer=done.text.strip())
+            if ok and not winner:
+                winner.append(done.text.strip())
+                for other in solvers:
+                    if other is not role:
+                        await ctx.prune(other, "another solver was verified first")
+
+        async with anyio.create_task_group() as tg:
+            for role in solvers:
+                tg.start_soon(solve, role)
+        ctx.early_stopped = bool(winner)
+        ctx.extra["verified"] = bool(winner)
+        return winner[0] if winner else "no verified answer"
+
+
+async def run(engine: EngineBridge, question: str, *, on_event: object = None) -> Outcome:
+    return await collaborate(engine, "solve_and_check", question, on_event=on_event)  # type: ignore[arg-type]
+
+
+async def main() -> int:
+    question = sys.argv[1] if len(sys.argv) > 1 else "What is 17 * 3?"
+    async with VLLMBridge("default") as engine:
+        outcome = await run(engine, question, on_event=lambda e: print(" ", e.type, e.agent or "", dict(e.data)) if e.type in ("checked", "pruned") else None)
+    print(f"answer: {outcome.answer}  verified: {outcome.extra['verified']}")
+    for agent in outcome.agents:
+        print(f"  {agent.name:<10} {agent.finish_reason:<8} {agent.output!r}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(anyio.run(main))

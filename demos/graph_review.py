@@ -1,0 +1,76 @@
+"""Graph review: planner -> 2 coders -> reviewer -> (REJECTED: back to the coders, at most
+twice) -> final, on one in-process vLLM engine serving the embedded default model.
+
+The roles come from Markdown files in demos/roles/ (planner.md, coder.md, reviewer.md);
+the graph is declared with ``Graph`` and run by the ``graph`` collaboration mode: the
+task is prefilled once, the two coders' common prompt is warmed once, every output
+travels to the next role as a KV handle, and the reviewer's verdict decides the loop.
+
+    python demos/graph_review.py [--task TEXT] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import anyio
+from microagent.actors import CollaborationEvent, collaborate
+from microagent.actors._graph import Graph
+from microagent.actors._ops_graph import GraphConfig as _GraphConfig  # registers the "graph" mode
+from microagent.actors._roles_library import load_roles
+from microagent.engine_bridge import VLLMBridge
+
+HERE = Path(__file__).parent
+TASK = "Write a Python function is_palindrome(s) that ignores case and spaces."
+_ = _GraphConfig
+
+
+def build_graph(roles_dir: Path = HERE / "roles") -> Graph:
+    """The review graph, from the role files (the docs page draws it)."""
+    roles = load_roles(roles_dir)
+    return (
+        Graph()
+        .add(roles["planner"].to_node())
+        .add(roles["coder"].to_node(count=2))
+        .add(roles["reviewer"].to_node())
+        .node("final", "Give the final version of the code, and nothing else.", max_tokens=256, temperature=0.0)
+        .edge("planner", "coder")
+        .edge("coder", "reviewer")
+        .edge("reviewer", "coder", when={"not_contains": "APPROVED"}, max_iterations=2)
+        .edge("reviewer", "final")
+    )
+
+
+async def main(task: str, as_json: bool) -> int:
+    def on_event(e: CollaborationEvent) -> None:
+        if as_json:
+            return
+        if e.type == "node_started":
+            print(f"\n== {e.data['node']} (run {e.data['iteration']}) <- {', '.join(e.data['inputs']) or 'task'}", flush=True)
+        elif e.type == "agent_finished":
+            print(f"   {e.agent}: {e.data['finish_reason']}, {e.data['prompt_tokens']} prompt tokens "
+                  f"({e.data['cached_tokens']} cached), {e.data['completion_tokens']} generated", flush=True)
+        elif e.type in ("loop", "branch_pruned"):
+            print(f"   [{e.type}] {e.data}", flush=True)
+
+    async with VLLMBridge("default") as engine:
+        outcome = await collaborate(engine, "graph", task, graph=build_graph(), on_event=on_event, max_tokens=256)
+    if as_json:
+        print(json.dumps(outcome.to_dict(), indent=2))
+    else:
+        print("\n== answer\n" + outcome.answer)
+        u = outcome.usage
+        print(f"\nusage: {u.prompt_tokens} prompt tokens, {u.cached_tokens} cached, "
+              f"{u.completion_tokens} generated; {outcome.wall_time:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default=TASK)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    sys.exit(anyio.run(main, args.task, args.json, backend="asyncio"))

@@ -1,0 +1,126 @@
+"""Every built-in mode end to end on the real engine (default model, ≥ 1 000-token context).
+
+Hand-offs — prompts that extend an earlier generation's handle — must be served
+from the prefix cache: the bridge knows each such handle is resident, so its
+expected cached tokens are every full block of it (≥ its length − 128), and
+``cache_miss`` would be set if the engine served fewer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _engine import RealEngine
+from microagent.actors import AgentSpec, CollaborationEvent, Outcome, collaborate
+from microagent.engine_bridge import VLLMBridge
+
+pytestmark = pytest.mark.engine
+
+SOURCE = (Path(__file__).parent.parent / "demos" / "data" / "inventory.py").read_text()
+CONTEXT = [
+    {"role": "system", "content": "You are a careful Python reviewer. Be brief."},
+    {"role": "user", "content": f"```python\n{SOURCE}\n```\nDoes reserve() reject a reservation of exactly the available units?"},
+]
+HANDOFF_LABELS = {"answer", "critique", "revise", "aggregate", "round 2", "verify"}
+
+
+def run(real_engine: RealEngine, mode: str, agents: list[AgentSpec] | None = None, **options: Any) -> tuple[Outcome, list[CollaborationEvent]]:
+    events: list[CollaborationEvent] = []
+
+    async def go() -> Outcome:
+        return await collaborate(real_engine.bridge, mode, CONTEXT, agents, on_event=events.append, **options)
+
+    outcome = real_engine.call(go)
+    real_engine.assert_idle()
+    return outcome, events
+
+
+def check_handoffs(events: list[CollaborationEvent], expected_labels: set[str]) -> None:
+    finished = [e for e in events if e.type == "agent_finished" and e.data.get("finish_reason") in ("stop", "length")]
+    handoffs = [e for e in finished if e.data.get("label") in HANDOFF_LABELS]
+    assert {e.data["label"] for e in handoffs} >= expected_labels, [e.data.get("label") for e in finished]
+    for e in handoffs:
+        data = e.data
+        assert data["expected_cached_tokens"] >= 128, data  # it extends a resident handle
+        assert data["cached_tokens"] >= data["expected_cached_tokens"], data
+        assert not data["cache_miss"], data
+    # the shared context (> 2 000 tokens) was computed once, not once per role
+    firsts = [e for e in finished if e.data.get("label") not in HANDOFF_LABELS]
+    assert sum(e.data["cached_tokens"] for e in firsts) >= (len(firsts) - 1) * 2048
+
+
+def test_vote_reason_then_answer(real_engine: RealEngine) -> None:
+    outcome, events = run(
+        real_engine, "vote", [AgentSpec("voter", count=3)],
+        answer={"choices": ["yes", "no"]}, style="reason", max_tokens=48, early_stop=False,
+    )
+    assert outcome.answer in ("yes", "no")
+    assert outcome.votes is not None and sum(outcome.votes.values()) <= 3
+    check_handoffs(events, {"answer"})
+
+
+def test_vote_early_stop_prunes_on_engine(real_engine: RealEngine) -> None:
+    outcome, _ = run(
+        real_engine, "vote", [AgentSpec("voter", count=5)],
+        answer={"choices": ["yes", "no"]}, style="direct", max_tokens=4, temperature=0.0,
+    )
+    # greedy voters all agree: the vote is decided after 3 of 5
+    assert outcome.early_stopped
+    assert sum(1 for a in outcome.agents if a.finish_reason == "pruned") >= 1
+    assert real_engine.bridge.live_requests() == frozenset()
+
+
+def test_debate_two_rounds(real_engine: RealEngine) -> None:
+    outcome, events = run(real_engine, "debate", [AgentSpec("debater", count=3)], rounds=2, max_tokens=32, early_stop=False)
+    assert outcome.rounds == 2
+    check_handoffs(events, {"round 2"})
+
+
+def test_reflect_with_validator(real_engine: RealEngine) -> None:
+    outcome, events = run(
+        real_engine, "reflect", None, rounds=2, max_tokens=40,
+        validator={"type": "json_schema", "schema": {"type": "object", "required": ["bug"]}},
+    )
+    assert outcome.answer
+    assert "valid" in outcome.extra
+    check_handoffs(events, {"critique"})
+
+
+def test_aggregate(real_engine: RealEngine) -> None:
+    agents = [AgentSpec("proposer", count=2, instructions="Propose a fix."), AgentSpec("aggregator", role="aggregator")]
+    outcome, events = run(real_engine, "aggregate", agents, max_tokens=40)
+    assert outcome.answer
+    check_handoffs(events, {"aggregate"})
+
+
+def test_lora_role_runs_under_its_adapter(real_engine: RealEngine) -> None:
+    agents = [AgentSpec("plain"), AgentSpec("tuned", adapter="lora-a"), AgentSpec("aggregator", role="aggregator")]
+    outcome, _ = run(real_engine, "aggregate", agents, max_tokens=16)
+    tuned = next(a for a in outcome.agents if a.name == "tuned")
+    assert tuned.adapter == "lora-a" and tuned.completion_tokens > 0
+    # LoRA blocks never share KV with the base model: the adapter's fork computed the context
+    assert tuned.cached_tokens < tuned.prompt_tokens - 1024
+
+
+def test_cascade_across_two_engines(real_engine: RealEngine) -> None:
+    """Two engines in one process (the same weights under two names)."""
+
+    async def go() -> tuple[Outcome, bool]:
+        async with VLLMBridge("default", served_name="large", max_num_seqs=4, progress=False) as large:
+            agents = [AgentSpec("drafter", count=2, temperature=1.0), AgentSpec("verifier", model="large", role="verifier")]
+            outcome = await collaborate(
+                real_engine.bridge, "cascade", CONTEXT, agents, engines={"large": large},
+                verify="always", max_tokens=24,
+            )
+            idle = await large.wait_idle(5)
+            return outcome, idle
+
+    outcome, idle = real_engine.call(go)
+    assert idle
+    assert outcome.extra["escalated"] is True
+    assert outcome.extra["retokenized"] is False  # same tokenizer: token ids crossed as they are
+    verifier = next(a for a in outcome.agents if a.role == "verifier")
+    assert verifier.model == "large" and verifier.completion_tokens > 0
+    real_engine.assert_idle()

@@ -1,0 +1,65 @@
+"""The OpenAPI schema documents ``agents`` and ``collaboration``; fuzzing it finds no 5xx."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from microagent.engine_bridge._scripted import ScriptedEngine
+from microagent.server import ServerLimits, create_app
+from starlette.testclient import TestClient
+from strategies import chat_request_bodies
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    engine = ScriptedEngine(reply_words=(1, 4))
+    app = create_app({"scripted": engine}, limits=ServerLimits(max_agents_per_spec=6, max_total_agents=8), open_engines=True)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_openapi_schema_has_agents_and_collaboration(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()
+    op = schema["paths"]["/v1/chat/completions"]["post"]
+    ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    components = schema["components"]["schemas"]
+    request = components[ref]["properties"]
+    assert {"messages", "model", "stream", "max_tokens", "agents", "collaboration"} <= set(request)
+    agent = components["AgentSpecModel"]["properties"]
+    assert {"name", "count", "instructions", "adapter", "model", "temperature", "max_tokens"} <= set(agent)
+    collab = components["CollaborationModel"]["properties"]
+    assert {"mode", "early_stop", "rounds", "answer"} <= set(collab)
+    for path in ("/health", "/v1/models", "/metrics"):
+        assert path in schema["paths"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(body=chat_request_bodies())
+def test_fuzzed_requests_never_get_a_5xx(client: TestClient, body: Any) -> None:
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code < 500, (body, r.text)
+    if r.status_code >= 400:
+        error = r.json()["error"]
+        assert error["message"]
+        assert error["type"] == "invalid_request_error"
+    elif isinstance(body, dict) and body.get("stream") is True:
+        assert r.text.rstrip().endswith("data: [DONE]")
+    else:
+        assert r.json()["object"] == "chat.completion"
+
+
+def test_fuzz_leaves_the_engine_idle(client: TestClient) -> None:
+    client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    engine = client.app.state.microagent.engines["scripted"]  # type: ignore[attr-defined]
+    assert not engine.live_requests()
+    assert client.get("/health").json()["status"] == "ok"
+
+
+def test_non_finite_numbers_are_400(client: TestClient) -> None:
+    raw = b'{"messages": [{"role": "user", "content": "hi"}], "temperature": 1e999}'
+    r = client.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "temperature"
