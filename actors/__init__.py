@@ -7,10 +7,11 @@ and scopes whose cancellation stops every actor in them (engine requests
 included). See ``actors/README.md``.
 """
 
-# --- collaboration ------------------------------------------------------------------
+# the built-in collaboration modes register themselves on import
 from . import _ops_aggregate as _ops_aggregate
 from . import _ops_cascade as _ops_cascade
 from . import _ops_debate as _ops_debate
+from . import _ops_graph as _ops_graph
 from . import _ops_reflect as _ops_reflect
 from . import _ops_vote as _ops_vote
 from ._actor import Actor as Actor
@@ -55,6 +56,12 @@ from ._errors import AskTimeout as AskTimeout
 from ._errors import EscalationError as EscalationError
 from ._errors import RuntimeNotRunning as RuntimeNotRunning
 from ._errors import UnhandledMessage as UnhandledMessage
+from ._graph import Condition as Condition
+from ._graph import Edge as Edge
+from ._graph import Graph as Graph
+from ._graph import InvalidGraph as InvalidGraph
+from ._graph import Node as Node
+from ._graph import graph_json_schema as graph_json_schema
 from ._messages import CANCELLED as CANCELLED
 from ._messages import NORMAL as NORMAL
 from ._messages import RESTART as RESTART
@@ -62,7 +69,15 @@ from ._messages import SHUTDOWN as SHUTDOWN
 from ._messages import StopReason as StopReason
 from ._messages import Terminated as Terminated
 from ._messages import is_abnormal as is_abnormal
+from ._ops_graph import GraphConfig as GraphConfig
+from ._ops_graph import GraphMode as GraphMode
 from ._ref import ActorRef as ActorRef
+from ._roles_library import InvalidRole as InvalidRole
+from ._roles_library import RoleDefinition as RoleDefinition
+from ._roles_library import load_role as load_role
+from ._roles_library import load_roles as load_roles
+from ._roles_library import match_roles as match_roles
+from ._roles_library import parse_role as parse_role
 from ._runtime import ActorScope as ActorScope
 from ._runtime import Runtime as Runtime
 from ._supervision import CleanupFailure as CleanupFailure
@@ -72,10 +87,10 @@ from ._supervision import OneForOne as OneForOne
 from ._supervision import RestartKind as RestartKind
 from ._supervision import SupervisionEvent as SupervisionEvent
 from ._supervision import SupervisionStrategy as SupervisionStrategy
+from ._trace import TraceRecorder as TraceRecorder
+from ._trace import plot_timeline as plot_timeline
+from ._trace import write_trace as write_trace
 from ._validators import Verdict as Verdict
 from ._validators import json_schema_validator as json_schema_validator
 from ._validators import python_tests_validator as python_tests_validator
 from ._validators import run_validator as run_validator
-from ._trace import TraceRecorder as TraceRecorder  # noqa: E402
-from ._trace import plot_timeline as plot_timeline  # noqa: E402
-from ._trace import write_trace as write_trace  # noqa: E402

@@ -74,14 +74,16 @@ class Vote(CollaborationOp):
 
         async def cast(voter: Role) -> None:
             answer_text = await self._vote(ctx, voter, style)
-            if answer_text is None or state["decided"]:
+            if answer_text is None:
                 return
+            # a vote that lands after the decision is still counted: it cannot change
+            # the winner (that is what "decided" means), and it is real output
             answer = ctx.normalize(answer_text)
             voter.record.answer = answer
             tally.add(answer)
             ctx.votes = tally.as_dict()
             await ctx.emit("vote", voter.agent, answer=answer, votes=ctx.votes, remaining=tally.remaining)
-            if config.early_stop and tally.remaining > 0 and tally.decided():
+            if config.early_stop and not state["decided"] and tally.remaining > 0 and tally.decided():
                 state["decided"] = True
                 ctx.early_stopped = True
                 for other in voters:

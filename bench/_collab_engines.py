@@ -8,6 +8,7 @@ for the servers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -103,10 +104,8 @@ class Server:
 
     def reset_prefix_cache(self) -> None:
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}/reset_prefix_cache", method="POST")
-        try:
+        with contextlib.suppress(OSError):  # contexts differ per repetition anyway
             urllib.request.urlopen(req, timeout=10).close()
-        except OSError:
-            pass  # contexts differ per repetition anyway
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -148,9 +148,8 @@ def build(workload: dict[str, Any], ctx: str, choices: list[str], caller: C.Call
 
 
 async def main(job: dict[str, Any]) -> dict[str, Any]:
-    from openai import AsyncOpenAI
-
     import langgraph
+    from openai import AsyncOpenAI
 
     client = AsyncOpenAI(base_url=job["base_url"], api_key="none", max_retries=0, timeout=600)
     caller = C.Caller(client, job["model"])

@@ -7,6 +7,7 @@ environment too (standard library only).
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import re
@@ -139,7 +140,7 @@ def workload_context(seed: int, task: Task) -> str:
     return f"{context_document(seed)}\n\nQuestion: {task.prompt()}"
 
 
-_WORD = re.compile(r"[^\w.+-]+")
+_WORD = re.compile(r"[^\w+-]+")
 
 
 def _canon(text: str) -> str:
@@ -233,7 +234,7 @@ def time_split(intervals: Sequence[tuple[float, float | None, float]], start: fl
     """
     points = sorted({start, end, *(t for iv in intervals for t in iv if t is not None)})
     out = {"prefill": 0.0, "decode": 0.0, "orchestration": 0.0}
-    for a, b in zip(points, points[1:], strict=False):
+    for a, b in itertools.pairwise(points):
         if b <= start or a >= end:
             continue
         mid = (a + b) / 2

@@ -386,7 +386,7 @@ class EngineBridge(abc.ABC):
         with anyio.move_on_after(timeout):
             # the scheduler's state arrives from the engine process (stat logger):
             # there is no event to wait on, so poll it
-            while self._live or self._scheduler_snapshot().running:
+            while self._live or self._scheduler_snapshot().running:  # noqa: ASYNC110
                 await anyio.sleep(0.01)
             return True
         return False

@@ -108,8 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--temperature", type=float, default=None, help="sampling temperature of the agents")
     run.add_argument("--no-early-stop", action="store_true", help="run every agent to the end")
     run.add_argument("--json", action="store_true", help="print the response object (JSON) instead")
-    run.add_argument("--trace", type=Path, help="write the event trace as JSON")
-    run.add_argument("--timeline", type=Path, help="draw a timeline PNG (not yet supported)")
+    run.add_argument("--trace", type=Path, help="write a Chrome/Perfetto trace-event JSON (one track per actor)")
+    run.add_argument("--timeline", type=Path, help="draw the collaboration's timeline as a PNG")
     _add_engine_options(run)
 
     prepare = sub.add_parser("prepare", help="prepare a model ahead of time",
@@ -280,7 +280,7 @@ def summary_table(outcome: Any, seconds: float) -> str:
 
 
 async def _run_collaboration(args: argparse.Namespace, bridges: Sequence[Any], out: TextIO) -> int:
-    from ..actors import AgentSpec, collaborate
+    from ..actors import AgentSpec, TraceRecorder, collaborate, plot_timeline
     from ._app import collaboration_response
 
     bridge = bridges[0]
@@ -302,18 +302,22 @@ async def _run_collaboration(args: argparse.Namespace, bridges: Sequence[Any], o
         options["temperature"] = args.temperature
     agents = [AgentSpec(name=DEFAULT_AGENT_NAMES.get(args.mode, "agent"), count=args.agents)]
     view = LiveView(out if not args.json else sys.stderr, tty=None if not args.json else False)
+    recorder = TraceRecorder(forward=view)
     started = time.monotonic()
     async with _opened(bridges):
         context = bridge.chat.context(messages)
         outcome = await collaborate(
-            bridge, args.mode, context, agents, engines={b.model: b for b in bridges}, on_event=view, **options
+            bridge, args.mode, context, agents, engines={b.model: b for b in bridges}, on_event=recorder, **options
         )
+    recorder.set_outcome(outcome)
     seconds = time.monotonic() - started
     view.finish()
-    if args.trace is not None:
-        args.trace.write_text(json.dumps({"events": view.events, "outcome": outcome.to_dict()}, indent=2))
+    if args.trace is not None:  # Chrome / Perfetto trace-event JSON, one track per actor
+        recorder.write_trace(args.trace)
+        print(f"trace written to {args.trace}", file=sys.stderr)
     if args.timeline is not None:
-        print("--timeline: not yet supported", file=sys.stderr)
+        plot_timeline(recorder, args.timeline)
+        print(f"timeline written to {args.timeline}", file=sys.stderr)
     if args.json:
         print(json.dumps(collaboration_response(outcome, bridge.model), indent=2), file=out)
     else:

@@ -37,10 +37,24 @@ class AnswerModel(BaseModel):
     regex: str | None = None
 
 
+def _graph_properties(schema: dict[str, Any]) -> None:
+    """Document the ``graph`` mode's fields (nodes, edges, entry, output) in the OpenAPI schema."""
+    from ..actors import graph_json_schema
+
+    graph = graph_json_schema()
+    props = schema.setdefault("properties", {})
+    for name, sub in graph["properties"].items():
+        props.setdefault(name, {**sub, "description": f"graph mode: {name} of the collaboration graph"})
+    schema["description"] = (
+        "How the agents collaborate; mode-specific options ride along as extra fields "
+        "(vote: style, wave; reflect: validator; cascade: verify; graph: nodes, edges, entry, output)."
+    )
+
+
 class CollaborationModel(BaseModel):
     """How the agents collaborate; mode-specific options ride along as extra fields."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra=_graph_properties)
 
     mode: str = Field(min_length=1, max_length=128)
     early_stop: bool = True

@@ -53,15 +53,20 @@ def test_run_json_and_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     context = tmp_path / "ctx.txt"
     context.write_text("The sky is blue.")
     trace = tmp_path / "trace.json"
+    timeline = tmp_path / "timeline.png"
     code = main(["run", "Is the sky blue?", "--engine", "scripted", "--context-file", str(context), "--mode", "debate",
-                 "--agents", "2", "--rounds", "1", "--max-tokens", "6", "--json", "--trace", str(trace)])
+                 "--agents", "2", "--rounds", "1", "--max-tokens", "6", "--json", "--trace", str(trace),
+                 "--timeline", str(timeline)])
     assert code == 0
     response = json.loads(capsys.readouterr().out)
     assert response["object"] == "chat.completion"
     assert response["collaboration"]["mode"] == "debate"
     assert response["choices"][0]["message"]["content"] == response["collaboration"]["answer"]
-    events = json.loads(trace.read_text())["events"]
-    assert any(e["type"] == "final" for e in events)
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e["name"] == "final" and e["ph"] == "i" for e in events)
+    lanes = {e["args"]["agent"] for e in events if e["ph"] == "M" and e["name"] == "thread_name" and "agent" in e["args"]}
+    assert lanes == {"debater-1", "debater-2"}
+    assert timeline.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_run_errors_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,7 +5,7 @@ shared namespace, so a page can build up; a block run on its own first runs
 the earlier blocks of its file. A block whose info string says ``fragment``
 (```python title="fragment") is a deliberately partial snippet and is not run.
 
-Blocks that mention ``VLLMBridge`` run against the shared real engine of the
+Blocks that use ``VLLMBridge`` (outside comments) run against the shared real engine of the
 test session (``real_engine``, marked ``engine``): ``anyio.run`` runs the
 snippet's coroutine on the engine's own loop, and ``VLLMBridge(...)`` yields
 the shared bridge without closing it. The other blocks run as written
@@ -23,10 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
-import pytest
-
 import microagent
 import microagent.engine_bridge
+import pytest
 from microagent.actors import collaboration_modes, unregister_mode
 
 if TYPE_CHECKING:
@@ -52,6 +51,7 @@ OWNED_PAGES = (
     "modes/custom.md",
 )
 
+_USES_VLLM = re.compile(r"^[^#\n]*\bVLLMBridge\b", re.MULTILINE)  # outside comments
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 
 
@@ -75,7 +75,7 @@ class Block:
 
     @property
     def needs_engine(self) -> bool:
-        return "VLLMBridge" in self.code
+        return _USES_VLLM.search(self.code) is not None
 
 
 def parse_blocks(path: Path, text: str) -> list[Block]:

@@ -36,6 +36,14 @@ def test_openapi_schema_has_agents_and_collaboration(client: TestClient) -> None
         assert path in schema["paths"]
 
 
+def test_openapi_schema_documents_the_graph(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()
+    collaboration = schema["components"]["schemas"]["CollaborationModel"]["properties"]
+    assert {"nodes", "edges", "entry", "output"} <= set(collaboration)
+    edge = collaboration["edges"]["items"]
+    assert edge["required"] == ["from", "to"] and "max_iterations" in edge["properties"]
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(body=chat_request_bodies())
 def test_fuzzed_requests_never_get_a_5xx(client: TestClient, body: Any) -> None:

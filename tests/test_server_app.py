@@ -377,3 +377,51 @@ def test_disconnect_cancels_the_collaboration(stream: bool) -> None:
         text = httpx.get(f"{srv.url}/metrics").text
         assert 'microagent_collaborations_total{mode="debate",status="cancelled"} 1' in text
         assert "microagent_collaborations_running 0" in text
+
+
+GRAPH = {
+    "messages": USER,
+    "max_tokens": 8,
+    "collaboration": {
+        "mode": "graph",
+        "nodes": [
+            {"name": "planner", "instructions": "Plan."},
+            {"name": "coder", "instructions": "Code.", "count": 2},
+            {"name": "reviewer", "instructions": "Review.", "join": True},
+        ],
+        "edges": [
+            {"from": "planner", "to": "coder"},
+            {"from": "coder", "to": "reviewer"},
+            {"from": "reviewer", "to": "coder", "when": {"not_contains": "APPROVED"}, "max_iterations": 2},
+        ],
+        "entry": "planner",
+        "output": "reviewer",
+    },
+}
+
+
+def test_graph_collaboration_over_http(server: LiveServer) -> None:
+    r = post(server, GRAPH)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["collaboration"]["mode"] == "graph"
+    agents = {a["name"] for a in body["collaboration"]["agents"]}
+    assert {"planner", "coder-1", "coder-2", "reviewer"} <= agents
+    assert body["choices"][0]["message"]["content"] == body["collaboration"]["answer"]
+
+
+@pytest.mark.parametrize(
+    ("change", "node"),
+    [
+        ({"edges": [{"from": "planner", "to": "ghost"}]}, "ghost"),
+        ({"edges": [{"from": "planner", "to": "coder"}, {"from": "coder", "to": "planner"}, {"from": "coder", "to": "reviewer"}]}, "planner"),
+    ],
+)
+def test_invalid_graph_is_400_naming_the_node(server: LiveServer, change: dict[str, Any], node: str) -> None:
+    body = json.loads(json.dumps(GRAPH))
+    body["collaboration"].update(change)
+    r = post(server, body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert node in error["message"], error
+    assert_healthy(server)

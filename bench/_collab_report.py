@@ -1,0 +1,207 @@
+"""Summaries, markdown tables and PNG plots of a ``bench/collab.py`` run."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+SYSTEM_ORDER = ["microagent", "microagent-full", "client", "client-nocache", "langgraph"]
+COLORS = {"microagent": "#1b7837", "microagent-full": "#7fbf7b", "client": "#2166ac",
+          "client-nocache": "#b2182b", "langgraph": "#e08214"}
+
+
+def _med(values: list[float]) -> float:
+    return float(statistics.median(values)) if values else 0.0
+
+
+def summarize(data: dict[str, Any]) -> dict[str, Any]:
+    """Medians per (workload, system), ratios to the client with caching, targets."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in data["runs"]:
+        groups[(r["workload"], r["system"])].append(r)
+    full_answer = {(r["workload"], r["rep"]): r["answer"] for r in data["runs"] if r["system"] == "microagent-full"}
+    cells: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for (w, s), rs in groups.items():
+        computed = [r["prompt_tokens"] - r["cached_tokens"] for r in rs]
+        agree = [r["answer"] == full_answer[(w, r["rep"])] for r in rs if (w, r["rep"]) in full_answer]
+        cell: dict[str, Any] = {
+            "n": len(rs), "wall": _med([r["wall"] for r in rs]),
+            "wall_min": min(r["wall"] for r in rs), "wall_max": max(r["wall"] for r in rs),
+            "prompt_tokens": _med([r["prompt_tokens"] for r in rs]),
+            "cached_tokens": _med([r["cached_tokens"] for r in rs]),
+            "computed": _med(computed),
+            "completion_tokens": _med([r["completion_tokens"] for r in rs]),
+            "requests": _med([r["requests"] for r in rs]),
+            "sum_prefill_s": _med([r["sum_prefill_s"] for r in rs]),
+            "sum_decode_s": _med([r["sum_decode_s"] for r in rs]),
+            "orchestration_s": _med([r["split"]["orchestration"] for r in rs]),
+            "agreement": [sum(agree), len(agree)] if agree else None,
+        }
+        if s.startswith("microagent"):
+            cell["ideal"] = _med([r["ideal"] for r in rs])
+            cell["ideal_ratio"] = _med([(r["prompt_tokens"] - r["cached_tokens"]) / r["ideal"] for r in rs if r["ideal"]])
+            cell["context_tokens"] = _med([r["context_tokens"] for r in rs])
+            cell["saved_estimate"] = _med([r["usage"]["saved_completion_tokens"] for r in rs])
+            cell["early_stopped"] = sum(bool(r["early_stopped"]) for r in rs)
+            cell["decode_s_split"] = _med([r["split"]["decode"] for r in rs])
+            cell["prefill_s_split"] = _med([r["split"]["prefill"] for r in rs])
+        cells[w][s] = cell
+    for row in cells.values():
+        base = row.get("client")
+        for cell in row.values():
+            if base and base["wall"]:
+                cell["wall_ratio_vs_client"] = cell["wall"] / base["wall"]
+    # per-repetition ratios (same context, adjacent in time) are less noisy
+    per_rep: dict[tuple[str, str], list[float]] = defaultdict(list)
+    by_key = {(r["workload"], r["system"], r["rep"]): r for r in data["runs"]}
+    for (w, s, rep), r in by_key.items():
+        base_run = by_key.get((w, "client", rep))
+        if base_run and base_run["wall"]:
+            per_rep[(w, s)].append(r["wall"] / base_run["wall"])
+    for (w, s), ratios in per_rep.items():
+        cells[w][s]["wall_ratio_per_rep"] = _med(ratios)
+    return {"cells": cells, "targets": targets(cells)}
+
+
+def targets(cells: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    ratios = [(w, c["microagent"]["ideal_ratio"]) for w, c in cells.items() if "microagent" in c]
+    if ratios:
+        worst = max(ratios, key=lambda x: x[1])
+        out.append({"target": "microagent computed prompt tokens <= 1.1 x ideal", "measured": dict(ratios),
+                    "worst": worst[1], "met": worst[1] <= 1.1})
+    v5 = cells.get("vote5-direct", {})
+    if "microagent" in v5 and "client-nocache" in v5:
+        factor = v5["client-nocache"]["computed"] / max(1.0, v5["microagent"]["computed"])
+        out.append({"target": ">= 3x fewer computed prompt tokens than client without caching (vote-5)",
+                    "measured": factor, "met": factor >= 3})
+    for w in ("vote9-reason", "debate3x2"):
+        c = cells.get(w, {})
+        if "microagent" in c and "client" in c:
+            ratio = c["microagent"]["wall"] / c["client"]["wall"]
+            out.append({"target": f"wall time <= 0.7 x client with caching ({w})", "measured": ratio, "met": ratio <= 0.7})
+    v9 = cells.get("vote9-reason", {})
+    if "microagent" in v9 and "microagent-full" in v9:
+        full, early = v9["microagent-full"]["completion_tokens"], v9["microagent"]["completion_tokens"]
+        saved = 1 - early / full if full else 0.0
+        agree = v9["microagent"]["agreement"]
+        out.append({"target": "early stop saves >= 30% completion tokens (vote9-reason), answers unchanged",
+                    "measured": saved, "agreement": agree,
+                    "wall_effect": v9["microagent"]["wall"] / v9["microagent-full"]["wall"],
+                    "met": saved >= 0.3})
+    return out
+
+
+def _systems(row: dict[str, Any]) -> list[str]:
+    return [s for s in SYSTEM_ORDER if s in row]
+
+
+def tables(data: dict[str, Any], summary: dict[str, Any]) -> str:
+    """Markdown tables of a run (the measured numbers only)."""
+    cells = summary["cells"]
+    lines = ["### Wall time and tokens (medians over repetitions)", "",
+             "| workload | system | runs | wall s (min–max) | × client (per-rep) | prompt tok | cached | computed | ideal | completion | requests | agrees w/ full vote |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for w, row in cells.items():
+        for s in _systems(row):
+            c = row[s]
+            ag = f"{c['agreement'][0]}/{c['agreement'][1]}" if c["agreement"] else "–"
+            ideal = f"{c['ideal']:.0f} ({c['ideal_ratio']:.2f}×)" if "ideal" in c else "–"
+            ratio = f"{c.get('wall_ratio_per_rep', float('nan')):.2f}"
+            lines.append(f"| {w} | {s} | {c['n']} | {c['wall']:.2f} ({c['wall_min']:.2f}–{c['wall_max']:.2f}) | {ratio} | "
+                         f"{c['prompt_tokens']:.0f} | {c['cached_tokens']:.0f} | {c['computed']:.0f} | {ideal} | "
+                         f"{c['completion_tokens']:.0f} | {c['requests']:.0f} | {ag} |")
+    lines += ["", "### Where the time goes (medians, seconds)", "",
+              "Σ queue+prefill and Σ decode are summed over requests (they overlap in time); "
+              "'no request in flight' is wall time during which the orchestrating code had no engine request "
+              "outstanding (Python, HTTP, graph bookkeeping).", "",
+              "| workload | system | wall | Σ queue+prefill | Σ decode | no request in flight |", "|---|---|---|---|---|---|"]
+    for w, row in cells.items():
+        for s in _systems(row):
+            c = row[s]
+            lines.append(f"| {w} | {s} | {c['wall']:.2f} | {c['sum_prefill_s']:.2f} | {c['sum_decode_s']:.2f} | {c['orchestration_s']:.2f} |")
+    if data.get("accuracy") and data.get("items"):
+        lines += ["", f"### Accuracy ({data['items']} items, 95 % Wilson intervals)", "",
+                  "| method | correct | accuracy | 95 % CI | completion tokens / question |", "|---|---|---|---|---|"]
+        for m in data["accuracy"]:
+            lines.append(f"| {m['method']} | {m['correct']}/{m['n']} | {m['accuracy']:.3f} | "
+                         f"{m['ci'][0]:.3f}–{m['ci'][1]:.3f} | {m['completion_tokens']:.0f} |")
+    lines += ["", "### Targets", "", "| target | measured | met |", "|---|---|---|"]
+    for t in summary["targets"]:
+        m = t["measured"]
+        if isinstance(m, dict):
+            shown = ", ".join(f"{k} {v:.2f}×" for k, v in m.items())
+        elif "saves" in t["target"]:
+            ag = t["agreement"]
+            shown = f"{m:.1%} saved; answers agree {ag[0]}/{ag[1]}; wall {t['wall_effect']:.2f}× the full vote"
+        else:
+            shown = f"{m:.2f}×"
+        lines.append(f"| {t['target']} | {shown} | {'yes' if t['met'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def plots(data: dict[str, Any], summary: dict[str, Any], out_dir: Path, stem: str) -> list[Path]:
+    """Three small PNGs: wall time, computed prompt tokens, accuracy vs cost."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = summary["cells"]
+    workloads = list(cells)
+    paths = []
+    for metric, ylabel, fname in (
+        ("wall", "wall time, s (median; bars = min–max)", "wall"),
+        ("computed", "prompt tokens computed (log scale)", "prefill"),
+    ):
+        fig, ax = plt.subplots(figsize=(9, 4.2), dpi=90)
+        systems = [s for s in SYSTEM_ORDER if any(s in cells[w] for w in workloads)]
+        width = 0.8 / len(systems)
+        for i, s in enumerate(systems):
+            xs, ys, lo, hi = [], [], [], []
+            for j, w in enumerate(workloads):
+                if s in cells[w]:
+                    c = cells[w][s]
+                    xs.append(j + (i - (len(systems) - 1) / 2) * width)
+                    ys.append(c[metric])
+                    lo.append(c[metric] - c.get("wall_min", c[metric]) if metric == "wall" else 0)
+                    hi.append(c.get("wall_max", c[metric]) - c[metric] if metric == "wall" else 0)
+            ax.bar(xs, ys, width, label=s, color=COLORS[s],
+                   yerr=[lo, hi] if metric == "wall" else None, capsize=2)
+        if metric == "computed":
+            for j, w in enumerate(workloads):
+                ideal = cells[w].get("microagent", {}).get("ideal")
+                if ideal:
+                    ax.hlines(ideal, j - 0.4, j + 0.4, colors="black", linestyles="dashed",
+                              label="ideal (context once + suffixes)" if j == 0 else None)
+            ax.set_yscale("log")
+        ax.set_xticks(range(len(workloads)), workloads, fontsize=8)
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{'Wall time' if metric == 'wall' else 'Prefill work'} per system per workload "
+                     f"(SmolLM2-135M, {data['machine']['nproc']}-core CPU)", fontsize=10)
+        ax.legend(fontsize=7, ncol=3)
+        ax.grid(axis="y", alpha=0.3)
+        fig.tight_layout()
+        p = out_dir / f"{stem}_{fname}.png"
+        fig.savefig(p)
+        plt.close(fig)
+        paths.append(p)
+    if data.get("accuracy") and data.get("items"):
+        fig, ax = plt.subplots(figsize=(6, 4), dpi=90)
+        for m in data["accuracy"]:
+            x, y = m["completion_tokens"], m["accuracy"]
+            ax.errorbar([x], [y], yerr=[[y - m["ci"][0]], [m["ci"][1] - y]], fmt="o", capsize=3, label=m["method"])
+        ax.set_xlabel("completion tokens per question (mean)")
+        ax.set_ylabel("accuracy (95 % Wilson CI)")
+        ax.set_ylim(0, 1)
+        ax.set_title(f"Accuracy vs cost, {data['items']} generated questions", fontsize=10)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        p = out_dir / f"{stem}_accuracy.png"
+        fig.savefig(p)
+        plt.close(fig)
+        paths.append(p)
+    return paths

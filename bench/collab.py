@@ -1,0 +1,344 @@
+"""In-engine collaboration vs client-side orchestration on the same engine (issue 6).
+
+Runs the same collaborations (vote, debate, aggregate, reflect) four ways on
+the same model (the embedded SmolLM2-135M-Instruct) and machine:
+
+1. ``microagent``: the Python API on one in-process vLLM engine (``VLLMBridge``);
+2. ``client``: plain OpenAI-SDK code, one HTTP call per role, against vLLM's
+   own OpenAI server with prefix caching on;
+3. ``client-nocache``: the same code against a server with prefix caching off;
+4. ``langgraph``: the same graphs built with the real ``langgraph`` package
+   (its own virtual environment, ``bench/.venv-peers``), against server 2.
+
+Every engine gets the same scheduler settings and KV cache size. Within a
+repetition systems run one after another (never two at once); the order
+rotates across repetitions, and every (repetition, workload) has its own
+context, so every engine starts cold on it. Writes ``bench/results/collab.json``,
+``collab_tables.md`` and PNG plots.
+
+Usage: ``.venv/bin/python bench/collab.py [--quick] [--reps N] [--items N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import venv
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _collab_client as C  # noqa: E402
+import _collab_report as R  # noqa: E402
+from _collab_tasks import Task, ideal_prefill, majority, task_set, time_split, workload_context  # noqa: E402
+
+RESULTS = HERE / "results"
+PEERS_VENV = HERE / ".venv-peers"
+PEER_PACKAGES = ["langgraph", "openai"]
+
+COMMON = {"max_tokens": 48, "answer_tokens": 8, "temperature": 0.7}
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "vote5-direct": {"kind": "vote", "n": 5, "style": "direct", **COMMON},
+    "vote5-reason": {"kind": "vote", "n": 5, "style": "reason", **COMMON},
+    "vote9-direct": {"kind": "vote", "n": 9, "style": "direct", **COMMON},
+    "vote9-reason": {"kind": "vote", "n": 9, "style": "reason", **COMMON},
+    "debate3x2": {"kind": "debate", "agents": 3, "rounds": 2, **COMMON},
+    "aggregate3+1": {"kind": "aggregate", "proposers": 3, **COMMON},
+    "reflect2": {"kind": "reflect", "rounds": 2, **{**COMMON, "temperature": 0.0}},
+}
+QUICK_WORKLOADS = ["vote5-direct", "vote9-reason", "debate3x2", "aggregate3+1", "reflect2"]
+
+
+def plan(quick: bool) -> dict[str, list[str]]:
+    """workload -> systems that run it (quick mode: caching-off and LangGraph on vote-5 only)."""
+    names = QUICK_WORKLOADS if quick else list(WORKLOADS)
+    out = {}
+    for w in names:
+        systems = ["microagent", "client"]
+        if WORKLOADS[w]["kind"] == "vote":
+            systems.insert(1, "microagent-full")
+        if not quick or w == "vote5-direct":
+            systems += ["client-nocache", "langgraph"]
+        out[w] = systems
+    return out
+
+
+# -- microagent ------------------------------------------------------------------------
+
+
+async def run_micro(bridge: Any, wl: dict[str, Any], ctx: str, choices: list[str], early_stop: bool) -> dict[str, Any]:
+    import microagent as M
+
+    n0, s0 = len(bridge.generations), bridge.stats()
+    t0c, t0 = bridge.clock(), time.monotonic()
+    kind = wl["kind"]
+    if kind == "vote":
+        out = await M.vote(bridge, ctx, voters=wl["n"], choices=choices, style=wl["style"],
+                           temperature=wl["temperature"], max_tokens=wl["max_tokens"],
+                           answer_tokens=wl["answer_tokens"], early_stop=early_stop)
+    elif kind == "debate":
+        out = await M.debate(bridge, ctx, agents=wl["agents"], rounds=wl["rounds"], max_tokens=wl["max_tokens"],
+                             temperature=wl["temperature"], early_stop=False, answer={"choices": choices})
+    elif kind == "aggregate":
+        out = await M.aggregate(bridge, ctx, proposers=wl["proposers"], max_tokens=wl["max_tokens"],
+                                temperature=wl["temperature"])
+    else:
+        out = await M.reflect(bridge, ctx, validator=C.format_validator(choices), rounds=wl["rounds"],
+                              drafter=C.P.FIRST_PROMPT, max_tokens=wl["max_tokens"], temperature=wl["temperature"])
+    wall = time.monotonic() - t0
+    t1c = bridge.clock()
+    await bridge.wait_idle(10.0)
+    s1 = bridge.stats()
+    results = sorted((g.result for g in bridge.generations[n0:] if g.result is not None), key=lambda r: r.timings.submitted)
+    intervals = [(r.timings.submitted, r.timings.first_token, r.timings.finished) for r in results]
+    answers = [a.answer or "" for a in out.agents if a.role in ("voter", "debater")]
+    return {
+        "wall": wall, "answer": out.answer, "answers": answers,
+        "prompt_tokens": s1.prompt_tokens - s0.prompt_tokens,
+        "cached_tokens": s1.cached_tokens - s0.cached_tokens,
+        "completion_tokens": s1.completion_tokens - s0.completion_tokens,
+        "sched_queries": s1.prefix_cache_queries - s0.prefix_cache_queries,
+        "sched_hits": s1.prefix_cache_hits - s0.prefix_cache_hits,
+        "usage": out.usage.to_dict(), "early_stopped": out.early_stopped,
+        "requests": len(results), "aborted": s1.requests_aborted - s0.requests_aborted,
+        "ideal": ideal_prefill([(r.prompt.token_ids, r.output_ids) for r in results]),
+        "context_tokens": len(bridge.chat.context([{"role": "user", "content": ctx}])),
+        "sum_prefill_s": sum((r.timings.queue_and_prefill or 0.0) for r in results),
+        "sum_decode_s": sum((r.timings.decode or 0.0) for r in results),
+        "split": time_split(intervals, t0c, t1c),
+    }
+
+
+# -- client side -----------------------------------------------------------------------
+
+
+async def run_client(server: Any, wl: dict[str, Any], ctx: str, choices: list[str]) -> dict[str, Any]:
+    from _collab_engines import SERVED_NAME, metric_delta
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=server.base_url, api_key="none", max_retries=0, timeout=600)
+    caller = C.Caller(client, SERVED_NAME)
+    before = server.metrics()
+    t0 = time.monotonic()
+    out = await C.run_workload(caller, wl, ctx, choices)
+    t1 = time.monotonic()
+    await client.close()
+    return _server_result(server, before, t1 - t0, out, caller.requests, t0, t1, metric_delta)
+
+
+def run_langgraph(server: Any, wl: dict[str, Any], ctx: str, choices: list[str]) -> dict[str, Any]:
+    from _collab_engines import SERVED_NAME, metric_delta
+
+    job = {"base_url": server.base_url, "model": SERVED_NAME, "workload": wl, "context": ctx, "choices": choices}
+    before = server.metrics()
+    proc = subprocess.run([str(PEERS_VENV / "bin" / "python"), str(HERE / "_collab_peer.py"), json.dumps(job)],
+                          capture_output=True, text=True, check=False, cwd=str(HERE))
+    if proc.returncode != 0:
+        raise RuntimeError(f"langgraph peer failed: {proc.stderr[-2000:]}")
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = {"answer": res["answer"], "langgraph": res["langgraph"]}
+    return _server_result(server, before, res["wall"], out, res["requests"], res["t0"], res["t0"] + res["wall"], metric_delta)
+
+
+def _server_result(server: Any, before: dict[str, float], wall: float, out: dict[str, Any],
+                   requests: list[dict[str, Any]], t0: float, t1: float, delta: Any) -> dict[str, Any]:
+    time.sleep(0.5)  # the server's stat logger records the last step asynchronously
+    d = delta(before, server.metrics())
+    intervals = [(r["submitted"], None, r["finished"]) for r in requests]
+    split = time_split(intervals, t0, t1)
+    return {
+        "wall": wall, "answer": out.get("answer", ""), "answers": out.get("answers", []),
+        "prompt_tokens": int(d["vllm:prompt_tokens_total"]),
+        "cached_tokens": int(d["vllm:prefix_cache_hits_total"]),
+        "completion_tokens": int(d["vllm:generation_tokens_total"]),
+        "sched_queries": int(d["vllm:prefix_cache_queries_total"]),
+        "sched_hits": int(d["vllm:prefix_cache_hits_total"]),
+        "requests": len(requests), "metrics": d,
+        "sum_prefill_s": d["vllm:request_queue_time_seconds_sum"] + d["vllm:request_prefill_time_seconds_sum"],
+        "sum_decode_s": d["vllm:request_decode_time_seconds_sum"],
+        "split": {"in_flight": split["prefill"] + split["decode"], "orchestration": split["orchestration"]},
+        **({"langgraph": out["langgraph"]} if "langgraph" in out else {}),
+    }
+
+
+# -- accuracy --------------------------------------------------------------------------
+
+
+async def accuracy(bridge: Any, tasks: list[Task], concurrency: int = 3) -> list[dict[str, Any]]:
+    """Per task: 9 reason-then-answer voters run to the end (vote-1/3/5/9 are their
+    first k votes; exact early stop returns the same answer as the full vote), and a
+    3 x 2 debate. Items run ``concurrency`` at a time."""
+    import microagent as M
+
+    sem = asyncio.Semaphore(concurrency)
+    out: list[dict[str, Any]] = []
+
+    async def one(task: Task) -> None:
+        choices = list(task.choices)
+        async with sem:
+            v = await M.vote(bridge, task.prompt(), voters=9, choices=choices, style="reason", temperature=0.7,
+                             max_tokens=COMMON["max_tokens"], answer_tokens=COMMON["answer_tokens"], early_stop=False)
+            d = await M.debate(bridge, task.prompt(), agents=3, rounds=2, max_tokens=COMMON["max_tokens"],
+                               temperature=0.7, early_stop=False, answer={"choices": choices})
+        voters = [a for a in v.agents if a.role == "voter"]
+        out.append({
+            "id": task.id, "kind": task.kind, "gold": task.answer,
+            "votes": [a.answer or "" for a in voters],
+            "vote_completion": [a.completion_tokens for a in voters],
+            "debate": d.answer, "debate_completion": d.usage.completion_tokens,
+        })
+
+    await asyncio.gather(*(one(t) for t in tasks))
+    return sorted(out, key=lambda r: r["id"])
+
+
+def accuracy_summary(rows: list[dict[str, Any]], choices_of: dict[int, tuple[str, ...]]) -> list[dict[str, Any]]:
+    """Accuracy with Wilson intervals and mean completion tokens per question, per method."""
+    from _collab_tasks import wilson
+
+    methods: list[dict[str, Any]] = []
+    for k in (1, 3, 5, 9):
+        ok = sum(majority(r["votes"][:k], choices_of[r["id"]]) == r["gold"] for r in rows)
+        tokens = statistics.fmean(sum(r["vote_completion"][:k]) for r in rows) if rows else 0.0
+        lo, hi = wilson(ok, len(rows))
+        methods.append({"method": "single sample" if k == 1 else f"vote-{k}", "correct": ok, "n": len(rows),
+                        "accuracy": ok / len(rows) if rows else 0.0, "ci": [lo, hi], "completion_tokens": tokens})
+    ok = sum(r["debate"] == r["gold"] for r in rows)
+    lo, hi = wilson(ok, len(rows))
+    methods.append({"method": "debate 3x2", "correct": ok, "n": len(rows), "accuracy": ok / len(rows) if rows else 0.0,
+                    "ci": [lo, hi], "completion_tokens": statistics.fmean(r["debate_completion"] for r in rows) if rows else 0.0})
+    return methods
+
+
+# -- orchestration -----------------------------------------------------------------------
+
+
+def ensure_peers_venv() -> str:
+    """Create ``bench/.venv-peers`` with langgraph + openai (pip) on first use; return langgraph's version."""
+    py = PEERS_VENV / "bin" / "python"
+    if not py.exists():
+        print(f"creating {PEERS_VENV} ({' '.join(PEER_PACKAGES)})", flush=True)
+        venv.create(PEERS_VENV, with_pip=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *PEER_PACKAGES], check=True)
+    probe = "from importlib.metadata import version as v; print(v('langgraph'), v('openai'))"
+    return subprocess.run([str(py), "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def machine() -> dict[str, Any]:
+    import microagent
+    import torch
+    import vllm
+
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())
+    mem = next((ln.split()[1] for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")), "0")
+    return {"nproc": os.cpu_count(), "cpu": cpu, "memory_gib": round(int(mem) / 2**20, 1),
+            "python": platform.python_version(), "vllm": vllm.__version__, "torch": torch.__version__,
+            "microagent": microagent.__version__, "platform": platform.platform()}
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    import microagent
+    from _collab_engines import SETTINGS, Server, make_bridge
+
+    work = plan(args.quick)
+    if args.workloads:
+        work = {w: s for w, s in work.items() if w in args.workloads.split(",")}
+    need_nocache = any("client-nocache" in s for s in work.values())
+    need_lg = any("langgraph" in s for s in work.values()) and not args.no_langgraph
+    peers = ensure_peers_venv() if need_lg else None
+    model_dir = microagent.resolve_model("default")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    t_start = time.monotonic()
+    servers = {"client": Server(model_dir, args.port, prefix_caching=True, log=RESULTS / "server-cache.log.tmp")}
+    if need_nocache:
+        servers["client-nocache"] = Server(model_dir, args.port + 1, prefix_caching=False,
+                                           log=RESULTS / "server-nocache.log.tmp")
+    bridge = make_bridge()
+    runs: list[dict[str, Any]] = []
+    tasks = task_set()
+    try:
+        await bridge.open()
+        for s in servers.values():
+            await asyncio.to_thread(s.wait_healthy)
+        print(f"engines up after {time.monotonic() - t_start:.0f} s", flush=True)
+        systems_all = ["microagent", "microagent-full", "client", "client-nocache", "langgraph"]
+        for rep in range(args.reps):
+            order = systems_all[rep % len(systems_all):] + systems_all[: rep % len(systems_all)]
+            for wi, (wname, systems) in enumerate(work.items()):
+                wl = WORKLOADS[wname]
+                task = tasks[(7 * rep + wi) % len(tasks)]
+                ctx = workload_context(10_000 * (rep + 1) + wi, task)
+                choices = list(task.choices)
+                for system in order:
+                    if system not in systems or (system == "langgraph" and not need_lg):
+                        continue
+                    if system.startswith("microagent"):
+                        await bridge.reset_prefix_cache()
+                        res = await run_micro(bridge, wl, ctx, choices, early_stop=system == "microagent")
+                    else:
+                        server = servers["client-nocache" if system == "client-nocache" else "client"]
+                        await asyncio.to_thread(server.reset_prefix_cache)
+                        if system == "langgraph":
+                            res = await asyncio.to_thread(run_langgraph, server, wl, ctx, choices)
+                        else:
+                            res = await run_client(server, wl, ctx, choices)
+                    res.update(system=system, workload=wname, rep=rep, task=task.id, gold=task.answer)
+                    runs.append(res)
+                    print(f"rep {rep} {wname:13s} {system:16s} wall {res['wall']:6.2f} s  prompt "
+                          f"{res['prompt_tokens']:6d} cached {res['cached_tokens']:6d} completion "
+                          f"{res['completion_tokens']:5d}  answer {str(res['answer'])[:30]!r}", flush=True)
+        for s in servers.values():
+            s.stop()
+        acc_tasks = tasks[: args.items]
+        t_acc = time.monotonic()
+        rows = await accuracy(bridge, acc_tasks) if args.items else []
+        print(f"accuracy on {len(rows)} items in {time.monotonic() - t_acc:.0f} s", flush=True)
+    finally:
+        for s in servers.values():
+            s.stop()
+        await bridge.close()
+    choices_of = {t.id: t.choices for t in tasks}
+    return {
+        "machine": machine(), "peers": peers, "settings": SETTINGS, "workloads": {w: WORKLOADS[w] for w in work},
+        "plan": work, "quick": args.quick, "reps": args.reps, "items": len(rows),
+        "server_start_s": {k: s.start_seconds for k, s in servers.items()},
+        "engine_start_s": bridge.engine_start_seconds, "runs": runs, "accuracy_rows": rows,
+        "accuracy": accuracy_summary(rows, choices_of), "total_s": time.monotonic() - t_start,
+        "command": "python bench/collab.py " + " ".join(sys.argv[1:]),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="5 workloads; caching-off and LangGraph on vote5-direct only; 20 accuracy items")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--items", type=int, default=None, help="accuracy items (default 240, 20 with --quick)")
+    ap.add_argument("--workloads", default="", help="comma-separated subset of workloads")
+    ap.add_argument("--no-langgraph", action="store_true")
+    ap.add_argument("--port", type=int, default=8731)
+    ap.add_argument("--out", default="collab")
+    args = ap.parse_args()
+    if args.items is None:
+        args.items = 20 if args.quick else 240
+    data = asyncio.run(main_async(args))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{args.out}.json").write_text(json.dumps(data, indent=1))
+    summary = R.summarize(data)
+    (RESULTS / f"{args.out}_summary.json").write_text(json.dumps(summary, indent=1))
+    (RESULTS / f"{args.out}_tables.md").write_text(R.tables(data, summary))
+    R.plots(data, summary, RESULTS, args.out)
+    print(R.tables(data, summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""The pure parts of bench/collab.py: tasks, answers, ideal prefill, statistics, writers.
+
+No engine: the benchmark itself is run by hand (see BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import _collab_engines as E  # noqa: E402
+import _collab_prompts as P  # noqa: E402
+import _collab_report as R  # noqa: E402
+import _collab_tasks as T  # noqa: E402
+
+
+def test_task_set_is_fixed_large_and_verifiable() -> None:
+    tasks = T.task_set()
+    assert len(tasks) >= 200
+    assert tasks == T.task_set()  # fixed seed
+    assert tasks != T.task_set(seed=99)
+    assert {t.kind for t in tasks} == {"arithmetic", "comparison", "fact"}
+    for t in tasks:
+        assert t.answer in t.choices
+        assert len(set(t.choices)) == len(t.choices)
+        assert T.is_correct(f"Answer: {t.answer}", t)
+        if t.kind == "arithmetic":
+            expr = t.question.removeprefix("What is ").removesuffix("?")
+            a, op, b = expr.split()
+            assert int(t.answer) == (int(a) + int(b) if op == "+" else int(a) - int(b))
+        if t.kind == "comparison":
+            nums = [int(c) for c in t.choices]
+            assert int(t.answer) == (max(nums) if "larger" in t.question else min(nums))
+
+
+def test_contexts_are_about_2000_tokens_and_differ_from_the_first_line() -> None:
+    a, b = T.context_document(1), T.context_document(2)
+    assert a.splitlines()[0] != b.splitlines()[0]
+    assert 1400 <= len(a.split()) <= 1700  # ~1.3 tokens per word on this tokenizer
+    task = T.task_set()[0]
+    assert T.workload_context(1, task).endswith(task.prompt())
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Paris", "Paris"),
+        ("The answer is paris.", "Paris"),
+        ("I think Rome... Answer: Paris", "Paris"),
+        ("Rome or Paris", "Rome"),
+        ("no idea", ""),
+        ("12<|im_end|>", "12"),
+    ],
+)
+def test_extract_choice(text: str, expected: str) -> None:
+    assert T.extract_choice(text, ["Paris", "Rome", "12"]) == expected
+
+
+def test_majority_uses_the_choice_order_to_break_ties() -> None:
+    assert T.majority(["b", "a", "b"], ["a", "b"]) == "b"
+    assert T.majority(["b", "a"], ["a", "b"]) == "a"
+    assert T.majority(["", "", "b"], ["a", "b"]) == "b"
+    assert T.majority(["", ""], ["a", "b"]) == ""
+
+
+def test_wilson_interval() -> None:
+    lo, hi = T.wilson(0, 10)
+    assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-3)
+    lo, hi = T.wilson(50, 100)
+    assert lo == pytest.approx(0.4038, abs=1e-3) and hi == pytest.approx(0.5962, abs=1e-3)
+    assert T.wilson(0, 0) == (0.0, 1.0)
+
+
+def test_ideal_prefill_counts_the_context_once_and_suffixes_in_blocks() -> None:
+    ctx = list(range(300))
+    forks = [(ctx + [1000 + i] * 10, [7] * 20) for i in range(3)]
+    # first: all 310; the others share 300 tokens = 2 whole blocks (256) -> 54 each
+    assert T.ideal_prefill(forks) == 310 + 54 + 54
+    # a follow-up that extends fork 0's prompt + output recomputes from its last whole block
+    follow = (forks[0][0] + forks[0][1] + [9] * 5, [1])
+    assert T.ideal_prefill([*forks, follow]) == 418 + (335 - 256)
+    # the last prompt token is always recomputed, even when everything is shared
+    assert T.ideal_prefill([(list(range(256)), []), (list(range(256)), [])]) == 256 + 128
+    assert T.ceil_blocks(1) == 128 and T.ceil_blocks(256) == 256
+
+
+def test_time_split_partitions_the_wall_time() -> None:
+    split = T.time_split([(1.0, 2.0, 4.0), (1.5, None, 3.0)], 0.0, 5.0)
+    assert split == pytest.approx({"prefill": 1.0, "decode": 2.0, "orchestration": 2.0})
+    assert sum(split.values()) == pytest.approx(5.0)
+
+
+def test_prompts_match_microagent() -> None:
+    from microagent.actors import _ops_aggregate, _ops_debate, _ops_reflect, _ops_vote
+
+    assert P.ANSWER_CUE == _ops_vote.ANSWER_CUE
+    assert P.DEBATE_PROMPT == _ops_debate.DEBATE_PROMPT
+    assert P.FIRST_PROMPT == _ops_debate.FIRST_PROMPT
+    assert P.AGGREGATE_PROMPT == _ops_aggregate.AGGREGATE_PROMPT
+    assert P.CRITIC_PROMPT == _ops_reflect.CRITIC_PROMPT
+    assert P.REVISE_PROMPT == _ops_reflect.REVISE_PROMPT
+
+
+def test_parse_metrics_sums_label_sets() -> None:
+    text = (
+        "# HELP vllm:prompt_tokens_total x\n"
+        'vllm:prompt_tokens_total{engine="0",model_name="bench"} 120.0\n'
+        'vllm:prompt_tokens_total{engine="1",model_name="bench"} 5.0\n'
+        'vllm:prefix_cache_hits_total{engine="0"} 64\n'
+        "vllm:unrelated_total 3\n"
+    )
+    m = E.parse_metrics(text)
+    assert m["vllm:prompt_tokens_total"] == 125.0
+    assert m["vllm:prefix_cache_hits_total"] == 64.0
+    assert E.metric_delta(m, {**m, "vllm:prompt_tokens_total": 200.0})["vllm:prompt_tokens_total"] == 75.0
+
+
+def _run(system: str, rep: int, wall: float, prompt: int, cached: int, answer: str) -> dict[str, object]:
+    run: dict[str, object] = {
+        "system": system, "workload": "vote5-direct", "rep": rep, "wall": wall, "answer": answer,
+        "prompt_tokens": prompt, "cached_tokens": cached, "completion_tokens": 10, "requests": 5,
+        "sum_prefill_s": 1.0, "sum_decode_s": 2.0,
+        "split": {"prefill": 0.5, "decode": 1.0, "orchestration": 0.1},
+    }
+    if system.startswith("microagent"):
+        run.update(ideal=500, context_tokens=480, usage={"saved_completion_tokens": 2}, early_stopped=True)
+    return run
+
+
+def test_summary_tables_json_and_plots(tmp_path: Path) -> None:
+    runs = [
+        _run(s, rep, wall, prompt, cached, ans)
+        for rep in range(3)
+        for s, wall, prompt, cached, ans in (
+            ("microagent", 1.0 + rep, 2500, 2000, "a"),
+            ("microagent-full", 1.5 + rep, 2500, 2000, "a"),
+            ("client", 2.0 + rep, 2500, 1900, "a" if rep else "b"),
+            ("client-nocache", 4.0 + rep, 2500, 0, "a"),
+        )
+    ]
+    acc = [{"method": "single sample", "correct": 3, "n": 10, "accuracy": 0.3, "ci": [0.1, 0.6], "completion_tokens": 40.0}]
+    data = {"runs": runs, "accuracy": acc, "items": 10, "machine": {"nproc": 2}}
+    summary = R.summarize(data)
+    cell = summary["cells"]["vote5-direct"]["microagent"]
+    assert cell["wall"] == 2.0 and cell["computed"] == 500 and cell["ideal_ratio"] == 1.0
+    assert summary["cells"]["vote5-direct"]["client"]["agreement"] == [2, 3]
+    assert summary["cells"]["vote5-direct"]["microagent"]["wall_ratio_per_rep"] == pytest.approx(2 / 3)
+    met = {t["target"]: t["met"] for t in summary["targets"]}
+    assert met["microagent computed prompt tokens <= 1.1 x ideal"] is True
+    assert met[">= 3x fewer computed prompt tokens than client without caching (vote-5)"] is True
+    md = R.tables(data, summary)
+    assert "| vote5-direct | microagent | 3 | 2.00 (1.00–3.00) | 0.67 |" in md
+    assert "| single sample | 3/10 | 0.300 | 0.100–0.600 | 40 |" in md
+    assert json.loads(json.dumps(summary)) == summary
+    paths = R.plots(data, summary, tmp_path, "t")
+    assert [p.name for p in paths] == ["t_wall.png", "t_prefill.png", "t_accuracy.png"]
+    assert all(p.read_bytes().startswith(b"\x89PNG") and p.stat().st_size < 200_000 for p in paths)
