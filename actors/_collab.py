@@ -52,6 +52,8 @@ class CollaborationOp(abc.ABC):
     Config: ClassVar[type[ModeConfig]] = ModeConfig
     default_agents: ClassVar[tuple[AgentSpec, ...]] = (AgentSpec("agent", count=3),)
     min_agents: ClassVar[int] = 1
+    #: Whether the mode has rounds (``rounds`` is refused by modes without them).
+    uses_rounds: ClassVar[bool] = False
 
     def validate(self, config: ModeConfig, agents: Sequence[AgentSpec]) -> None:
         """Check mode-specific rules; raise ``InvalidCollaboration`` naming the field."""
@@ -158,6 +160,8 @@ def prepare_collaboration(
     total = sum(s.count for s in specs)
     if total > max_agents:
         raise InvalidCollaboration("agents", f"{total} agents in total; the limit is {max_agents}")
+    if config.rounds is not None and not op.uses_rounds:
+        raise InvalidCollaboration("collaboration.rounds", f"mode {op.name!r} has no rounds")
     op.validate(config, specs)
     return PreparedCollaboration(op, config, tuple(specs))
 

@@ -52,13 +52,12 @@ async def vote(
     regex: str | None = None,
     instructions: str = "",
     style: str = "auto",
-    temperature: float = 0.8,
     **options: Any,
 ) -> Outcome:
-    """Self-consistency vote with exact early stop (see ``Vote``)."""
+    """Self-consistency vote with exact early stop (see ``Vote``); defaults as over HTTP."""
     answer = {"choices": list(choices)} if choices else ({"regex": regex} if regex else None)
     agents = [AgentSpec("voter", count=voters, instructions=instructions, role="voter")]
-    return await run_mode(target, "vote", context, agents, answer=answer, style=style, temperature=temperature, **options)
+    return await run_mode(target, "vote", context, agents, answer=answer, style=style, **options)
 
 
 async def debate(

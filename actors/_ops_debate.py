@@ -37,6 +37,7 @@ class DebateConfig(ModeConfig):
 class Debate(CollaborationOp):
     """Multi-agent debate with append-only per-agent threads and early stop on agreement."""
 
+    uses_rounds = True
     name = "debate"
     Config = DebateConfig
     default_agents: ClassVar[tuple[AgentSpec, ...]] = (AgentSpec("debater", count=3),)

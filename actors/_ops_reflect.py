@@ -51,6 +51,7 @@ class ReflectConfig(ModeConfig):
 class Reflect(CollaborationOp):
     """Self-refine with an optional validator tool; the first agent drafts, the second critiques."""
 
+    uses_rounds = True
     name = "reflect"
     Config = ReflectConfig
     default_agents: ClassVar[tuple[AgentSpec, ...]] = (

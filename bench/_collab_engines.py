@@ -30,7 +30,7 @@ SETTINGS: dict[str, Any] = {
 SERVED_NAME = "bench"
 
 
-class RecordingBridge(VLLMBridge):
+class RecordingBridge(VLLMBridge):  # type: ignore[misc]
     """A ``VLLMBridge`` that keeps every ``Generation`` it started (for prompts and timings).
 
     Instrumentation only: ``Outcome`` does not expose the engine requests'

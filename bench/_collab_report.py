@@ -174,8 +174,8 @@ def plots(data: dict[str, Any], summary: dict[str, Any], out_dir: Path, stem: st
             for j, w in enumerate(workloads):
                 ideal = cells[w].get("microagent", {}).get("ideal")
                 if ideal:
-                    ax.hlines(ideal, j - 0.4, j + 0.4, colors="black", linestyles="dashed",
-                              label="ideal (context once + suffixes)" if j == 0 else None)
+                    label: dict[str, Any] = {"label": "ideal (context once + suffixes)"} if j == 0 else {}
+                    ax.hlines(ideal, j - 0.4, j + 0.4, colors="black", linestyles="dashed", **label)
             ax.set_yscale("log")
         ax.set_xticks(range(len(workloads)), workloads, fontsize=8)
         ax.set_ylabel(ylabel)

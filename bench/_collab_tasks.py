@@ -110,7 +110,7 @@ def task_set(n: int = 240, seed: int = 1234) -> list[Task]:
     return out
 
 
-def context_document(seed: int, target_words: int = 1500) -> str:
+def context_document(seed: int, target_words: int = 1200) -> str:
     """A ~2 000-token synthetic report, different for every seed from its first line.
 
     The first line carries the seed so that contexts of different repetitions

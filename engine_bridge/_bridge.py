@@ -397,21 +397,24 @@ class EngineBridge(abc.ABC):
         A prompt extending a handle this engine epoch produced (or warmed) should
         hit every full block of that handle (the last prompt token is always
         recomputed). A handle of an older epoch was resident before a restart:
-        its first use recomputes and counts as a miss.
+        its first use recomputes and counts as a miss; once it has been used (or
+        warmed) again, it is resident in the new epoch and hits like any other.
         """
         block = self.block_size
         limit = (len(prompt) - 1) // block * block
         for node in prompt.lineage():
             if node.adapter != prompt.adapter:  # other adapters never share blocks
                 continue
-            if node.epoch != self.epoch:
-                if len(node) >= block:
-                    return min(len(node) // block * block, limit), True
-                continue
-            computed = self._resident.get(self._key(node))
+            # the same tokens, known resident in *this* epoch (an old-epoch handle
+            # that was re-warmed, or any handle of this epoch)
+            key = (node.token_ids, node.adapter, self.epoch)
+            computed = self._resident.get(key)
             if computed is not None:
-                self._resident.move_to_end(self._key(node))
+                self._resident.move_to_end(key)
                 return min(computed // block * block, limit), False
+            if node.epoch != self.epoch and len(node) >= block:
+                # resident before a restart, not since: this use recomputes it
+                return min(len(node) // block * block, limit), True
         return 0, False
 
     # -- engine hooks ------------------------------------------------------------------

@@ -240,7 +240,8 @@ class ScriptedEngine(EngineBridge):
                     last = k == len(ids) - 1
                     yield EngineStep(
                         (tok,),
-                        self.detokenize((tok,)),
+                        # like vLLM (skip_special_tokens): the end-of-turn token has no text
+                        "" if tok == self.eot_token_id else self.detokenize((tok,)),
                         finish if last else None,
                         st.cached if k == 0 else None,
                     )

@@ -59,6 +59,8 @@ class ServerLimits:
         max_sse_buffer: pending stream events per client before deltas are dropped.
         max_n: the largest ``n`` of a plain completion.
         retry_after: seconds suggested in ``Retry-After`` on 429/503.
+        allow_code_validators: accept the ``python_tests`` validator, which runs
+            client-supplied code in a subprocess on this machine (trusted clients only).
     """
 
     max_agents_per_spec: int = 32
@@ -70,6 +72,7 @@ class ServerLimits:
     max_sse_buffer: int = 256
     max_n: int = 16
     retry_after: int = 1
+    allow_code_validators: bool = False
 
 
 @attrs.define
@@ -688,6 +691,13 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
             raise bad_request(f"{field}: {exc.reason}", field) from None
     mode = body.collaboration.mode if body.collaboration is not None else "vote"
     options = body.collaboration_options()
+    validator = options.get("validator")
+    if isinstance(validator, dict) and validator.get("type") == "python_tests" and not limits.allow_code_validators:
+        raise bad_request(
+            "collaboration.validator.type: python_tests runs client code on the server and is "
+            "disabled; start the server with --allow-code-validators to accept it",
+            "collaboration.validator.type",
+        )
     try:
         prepare_collaboration(mode, specs, options, max_agents=limits.max_total_agents)
     except InvalidCollaboration as exc:

@@ -93,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="collaborations at once before 429 (default 64)")
     serve.add_argument("--max-agents", type=_positive, default=128, help="agents per collaboration (default 128)")
     serve.add_argument("--max-agents-per-spec", type=_positive, default=32, help="largest `count` (default 32)")
+    serve.add_argument("--allow-code-validators", action="store_true",
+                       help="accept the python_tests validator (runs client code here; trusted clients only)")
     serve.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
 
     run = sub.add_parser("run", help="run one collaboration in the terminal, live",
@@ -163,6 +165,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_concurrent_collaborations=args.max_concurrent_collaborations,
         max_total_agents=args.max_agents,
         max_agents_per_spec=args.max_agents_per_spec,
+        allow_code_validators=args.allow_code_validators,
     )
     app = create_app({b.model: b for b in bridges}, api_key=args.api_key, limits=limits, open_engines=True)
     loop = "uvloop" if sys.platform != "win32" else "asyncio"

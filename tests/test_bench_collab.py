@@ -42,7 +42,7 @@ def test_task_set_is_fixed_large_and_verifiable() -> None:
 def test_contexts_are_about_2000_tokens_and_differ_from_the_first_line() -> None:
     a, b = T.context_document(1), T.context_document(2)
     assert a.splitlines()[0] != b.splitlines()[0]
-    assert 1400 <= len(a.split()) <= 1700  # ~1.3 tokens per word on this tokenizer
+    assert 1150 <= len(a.split()) <= 1350  # ~1.7 tokens per word on this tokenizer: ~2 000 tokens
     task = T.task_set()[0]
     assert T.workload_context(1, task).endswith(task.prompt())
 

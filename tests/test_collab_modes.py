@@ -174,6 +174,8 @@ async def test_cascade_escalates_only_on_disagreement() -> None:
         ("vote", [{"name": "v", "count": 0}], {}, "agents[0].count"),
         ("vote", [{"name": "v", "bogus": 1}], {}, "agents[0].bogus"),
         ("vote", None, {"rounds": 99}, "collaboration.rounds"),
+        ("vote", None, {"rounds": 2}, "collaboration.rounds"),
+        ("debate", None, {"rounds": 0}, "collaboration.rounds"),
         ("vote", None, {"answer": {"choices": []}}, "collaboration.answer.choices"),
         ("vote", None, {"style": "weird"}, "collaboration.style"),
         ("vote", None, {"whatever": 1}, "collaboration.whatever"),

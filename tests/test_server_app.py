@@ -62,6 +62,11 @@ def with_(**changes: Any) -> dict[str, Any]:
 
 
 BAD_INPUTS = [
+    pytest.param(
+        with_(collaboration={"mode": "reflect", "validator": {"type": "python_tests", "tests": "assert True"}}),
+        "collaboration.validator.type", "disabled", id="code-validator-disabled",
+    ),
+    pytest.param(with_(collaboration={"mode": "vote", "rounds": 2}), "collaboration.rounds", "no rounds", id="vote-has-no-rounds"),
     pytest.param(with_(collaboration={"mode": "telepathy"}), "collaboration.mode", "unknown mode", id="unknown-mode"),
     pytest.param(with_(model="gpt-17"), "model", "unknown model", id="unknown-model"),
     pytest.param(

@@ -288,6 +288,55 @@ def test_concurrent_forks_compute_the_context_once(real_engine: RealEngine) -> N
     real_engine.assert_idle()
 
 
+@pytest.mark.engine
+def test_second_engine_evicts_for_real_and_keeps_its_own_stats(real_engine: RealEngine) -> None:
+    """A second, small engine in the same process: LRU eviction is a detected miss,
+    and each engine's stats are its own (the process-global metrics would mix them)."""
+    shared = real_engine.bridge
+
+    async def run() -> tuple[list[GenerationResult], EngineStats, int]:
+        small = VLLMBridge(
+            max_model_len=1024,
+            max_num_seqs=4,
+            engine_args={"num_gpu_blocks_override": 12},
+            progress=False,
+        )
+        async with small:
+            capacity = small.stats().kv_cache_capacity_tokens
+            prompt = _fork(small, _context(small, 600), "One word?")
+            out = [await small.generate(prompt, Sampling(max_tokens=2))]
+            out.append(await small.generate(prompt, Sampling(max_tokens=2)))  # resident: hit
+            filled = 0
+            while filled <= capacity:  # other long prompts push it out (LRU)
+                other = _fork(small, _context(small, 700), "One word?")
+                await small.generate(other, Sampling(max_tokens=1))
+                filled += len(other)
+            out.append(await small.generate(prompt, Sampling(max_tokens=2)))  # evicted: miss
+            out.append(await small.generate(prompt, Sampling(max_tokens=2)))  # re-warmed: hit
+            return out, small.stats(), capacity
+
+    before = shared.stats()
+    (cold, warm, evicted, rewarmed), small_stats, capacity = real_engine.call(run)
+    after = shared.stats()
+    print(f"small engine: capacity={capacity} cached cold/warm/evicted/rewarmed="
+          f"{cold.cached_tokens}/{warm.cached_tokens}/{evicted.cached_tokens}/{rewarmed.cached_tokens}")
+    assert capacity == 12 * BLOCK
+    full = (len(cold.prompt) - 1) // BLOCK * BLOCK
+    assert (cold.cached_tokens, warm.cached_tokens) == (0, full)
+    assert evicted.cache_miss and evicted.cached_tokens < full
+    assert not rewarmed.cache_miss and rewarmed.cached_tokens == full
+    assert small_stats.cache_misses == 1
+    assert small_stats.prefix_cache_queries == small_stats.prompt_tokens
+    assert small_stats.prefix_cache_hits == small_stats.cached_tokens
+    # The shared engine's numbers did not move while the small one worked.
+    assert (after.prefix_cache_queries, after.prefix_cache_hits) == (
+        before.prefix_cache_queries,
+        before.prefix_cache_hits,
+    )
+    assert after.requests_started == before.requests_started
+    real_engine.assert_idle()
+
+
 # -- acceptance 2: abort and cancellation reach the scheduler -----------------------------------
 
 
