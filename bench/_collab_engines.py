@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -81,7 +82,9 @@ class Server:
         self._t0 = time.monotonic()
         self._log_file = open(log, "w")  # noqa: SIM115 - closed in stop()
         # the bench's own directory must not shadow anything in the server
-        self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT, env=env, cwd="/")
+        # its own process group: stop() ends the server and its EngineCore child together
+        self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT, env=env, cwd="/",
+                                     start_new_session=True)
 
     def wait_healthy(self, timeout: float = 600.0) -> None:
         deadline = time.monotonic() + timeout
@@ -108,6 +111,7 @@ class Server:
             urllib.request.urlopen(req, timeout=10).close()
 
     def stop(self) -> None:
+        pgid = self.proc.pid  # the group this server leads (start_new_session)
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -115,6 +119,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)  # an EngineCore left behind by the server
         self._log_file.close()
 
 

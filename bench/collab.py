@@ -66,6 +66,8 @@ def plan(quick: bool) -> dict[str, list[str]]:
         systems = ["microagent", "client"]
         if WORKLOADS[w]["kind"] == "vote":
             systems.insert(1, "microagent-full")
+        if w.startswith("vote9"):  # voters started 3 at a time: later waves skipped once decided
+            systems.insert(1, "microagent-wave3")
         if not quick or w == "vote5-direct":
             systems += ["client-nocache", "langgraph"]
         out[w] = systems
@@ -75,7 +77,8 @@ def plan(quick: bool) -> dict[str, list[str]]:
 # -- microagent ------------------------------------------------------------------------
 
 
-async def run_micro(bridge: Any, wl: dict[str, Any], ctx: str, choices: list[str], early_stop: bool) -> dict[str, Any]:
+async def run_micro(bridge: Any, wl: dict[str, Any], ctx: str, choices: list[str], early_stop: bool,
+                    wave: int = 0) -> dict[str, Any]:
     import microagent as M
 
     n0, s0 = len(bridge.generations), bridge.stats()
@@ -84,7 +87,7 @@ async def run_micro(bridge: Any, wl: dict[str, Any], ctx: str, choices: list[str
     if kind == "vote":
         out = await M.vote(bridge, ctx, voters=wl["n"], choices=choices, style=wl["style"],
                            temperature=wl["temperature"], max_tokens=wl["max_tokens"],
-                           answer_tokens=wl["answer_tokens"], early_stop=early_stop)
+                           answer_tokens=wl["answer_tokens"], early_stop=early_stop, wave=wave)
     elif kind == "debate":
         out = await M.debate(bridge, ctx, agents=wl["agents"], rounds=wl["rounds"], max_tokens=wl["max_tokens"],
                              temperature=wl["temperature"], early_stop=False, answer={"choices": choices})
@@ -271,7 +274,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         for s in servers.values():
             await asyncio.to_thread(s.wait_healthy)
         print(f"engines up after {time.monotonic() - t_start:.0f} s", flush=True)
-        systems_all = ["microagent", "microagent-full", "client", "client-nocache", "langgraph"]
+        systems_all = ["microagent", "microagent-wave3", "microagent-full", "client", "client-nocache", "langgraph"]
         for rep in range(args.reps):
             order = systems_all[rep % len(systems_all):] + systems_all[: rep % len(systems_all)]
             for wi, (wname, systems) in enumerate(work.items()):
@@ -284,7 +287,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                         continue
                     if system.startswith("microagent"):
                         await bridge.reset_prefix_cache()
-                        res = await run_micro(bridge, wl, ctx, choices, early_stop=system == "microagent")
+                        res = await run_micro(bridge, wl, ctx, choices, early_stop=system != "microagent-full",
+                                              wave=3 if system == "microagent-wave3" else 0)
                     else:
                         server = servers["client-nocache" if system == "client-nocache" else "client"]
                         await asyncio.to_thread(server.reset_prefix_cache)

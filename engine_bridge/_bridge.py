@@ -145,18 +145,23 @@ class Generation:
             raise RuntimeError("iterate a Generation inside `async with bridge.stream(...)`")
         if self.result is not None:
             return
-        async for step in self._steps:
-            if self._cached is None and step.num_cached_tokens is not None:
-                self._cached = step.num_cached_tokens
-            if step.token_ids:
-                if self._first_token is None:
-                    self._first_token = self._bridge.clock()
-                self._output.extend(step.token_ids)
-                self._text.append(step.text)
-                yield TokenDelta(self.request_id, tuple(step.token_ids), step.text)
-            if step.finish_reason is not None:
-                self._finish(step.finish_reason)
-                return
+        try:
+            async for step in self._steps:
+                if self._cached is None and step.num_cached_tokens is not None:
+                    self._cached = step.num_cached_tokens
+                if step.token_ids:
+                    if self._first_token is None:
+                        self._first_token = self._bridge.clock()
+                    self._output.extend(step.token_ids)
+                    self._text.append(step.text)
+                    yield TokenDelta(self.request_id, tuple(step.token_ids), step.text)
+                if step.finish_reason is not None:
+                    self._finish(step.finish_reason)
+                    return
+        except EngineDied:
+            # counted as failed wherever the caller catches it (inside or outside the block)
+            self._finish("error")
+            raise
         if self.result is None:  # the engine stream ended without a finish reason
             self._finish("abort")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -133,8 +134,11 @@ class VLLMBridge(EngineBridge):
     # -- lifecycle ---------------------------------------------------------------------
     async def open(self) -> None:
         """Prepare the model, load the tokenizer and start the engine (idempotent)."""
+        if self._restart_task is not None:  # a restart is bringing a new engine up
+            await self._ready.wait()
+            return
         async with self._lifecycle:
-            if self._engine is not None:
+            if self._engine is not None or self._restart_task is not None:
                 return
             if self._closed:
                 raise EngineBridgeError("this bridge was closed; make a new one")
@@ -159,7 +163,7 @@ class VLLMBridge(EngineBridge):
             with contextlib.suppress(Exception):
                 await self.abort(rid)
         engine, self._engine = self._engine, None
-        self._ready.clear()
+        self._ready.set()  # wake requests waiting for a restart: they see the bridge closed
         if engine is not None:
             compat.stop_output_handler(engine)
             await asyncio.to_thread(_shutdown, engine)
@@ -193,9 +197,16 @@ class VLLMBridge(EngineBridge):
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         # Off the event loop: starting takes ~20 s and other requests keep being served.
-        engine = await asyncio.to_thread(
-            compat.start_engine, args, compat.stat_logger_factory(sink)
+        # Shielded: if we are cancelled meanwhile, the engine still comes up in its
+        # thread, and must then be shut down rather than leaked.
+        starting = asyncio.ensure_future(
+            asyncio.to_thread(compat.start_engine, args, compat.stat_logger_factory(sink))
         )
+        try:
+            engine = await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            starting.add_done_callback(_shutdown_in_thread)
+            raise
         self.engine_start_seconds.append(loop.time() - t0)
         blocks, block_size = compat.kv_geometry(engine)
         self._engine = engine
@@ -405,6 +416,11 @@ class VLLMBridge(EngineBridge):
         """Wait until an engine is serving (after a restart); raise if it could not start."""
         with anyio.fail_after(timeout):
             await self._ready_engine()
+
+
+def _shutdown_in_thread(started: asyncio.Future[Any]) -> None:
+    if not started.cancelled() and started.exception() is None:
+        threading.Thread(target=_shutdown, args=(started.result(),), daemon=True).start()
 
 
 def _shutdown(engine: Any) -> None:

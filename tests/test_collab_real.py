@@ -124,3 +124,30 @@ def test_cascade_across_two_engines(real_engine: RealEngine) -> None:
     verifier = next(a for a in outcome.agents if a.role == "verifier")
     assert verifier.model == "large" and verifier.completion_tokens > 0
     real_engine.assert_idle()
+
+
+def test_graph_planner_coders_reviewer_loop(real_engine: RealEngine) -> None:
+    """planner -> 2 coders -> reviewer -> (reject: back to the coders, at most 2 times) -> final."""
+    from test_graph import review_graph
+
+    events: list[CollaborationEvent] = []
+
+    async def go() -> Outcome:
+        return await collaborate(
+            real_engine.bridge, "graph", "Write a Python function is_even(n).", graph=review_graph(2),
+            max_tokens=24, on_event=events.append,
+        )
+
+    outcome = real_engine.call(go)
+    real_engine.assert_idle()
+    nodes = outcome.extra["graph"]["nodes"]
+    assert nodes["planner"]["iterations"] == 1
+    assert 1 <= nodes["coder"]["iterations"] <= 3  # the first run + at most 2 loops
+    assert nodes["coder"]["iterations"] == nodes["reviewer"]["iterations"]
+    assert nodes["final"]["iterations"] == 1
+    assert outcome.answer
+    names = {e.data.get("node") for e in events if e.type == "node_finished"}
+    assert {"planner", "coder", "reviewer", "final"} <= names
+    # the coders' hand-off from the planner is served from cache
+    coder_turns = [e for e in events if e.type == "agent_finished" and str(e.agent).startswith("coder")]
+    assert coder_turns and all(not e.data["cache_miss"] for e in coder_turns)

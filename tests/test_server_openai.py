@@ -172,3 +172,20 @@ def test_32_concurrent_vote_3_collaborations(server: LiveServer, real_engine: Re
     assert [status for status, _ in results] == [200] * 32, json.dumps(results[:2])[:2000]
     assert all(body["choices"][0]["message"]["content"] in ("yes", "no") for _, body in results)
     real_engine.assert_idle()
+
+
+def test_graph_through_the_openai_sdk(server: LiveServer) -> None:
+    from test_graph import review_graph
+
+    collaboration = {"mode": "graph", **review_graph(2).to_dict()}
+    done = sync_client(server).chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Write a Python function is_even(n)."}],
+        max_tokens=24, extra_body={"collaboration": collaboration},
+    )
+    collab: dict[str, Any] = done.model_extra["collaboration"]  # type: ignore[index]
+    assert collab["mode"] == "graph"
+    assert done.choices[0].message.content == collab["answer"]
+    agents = {a["name"] for a in collab["agents"]}
+    assert {"planner", "coder-1", "coder-2", "reviewer", "final"} <= agents
+    nodes = collab["graph"]["nodes"]
+    assert 1 <= nodes["coder"]["iterations"] <= 3
