@@ -344,7 +344,8 @@ class CollaborationContext:
         if role.actor.pruned:
             return
         role.actor.pruned = True
-        if role.record.finish_reason not in ("stop", "length") or role.actor.current_request:
+        # pruned unless it already finished a turn and has nothing running now
+        if role.record.requests == 0 or role.actor.current_request is not None:
             role.record.finish_reason = "pruned"
         request = role.running_request
         if request is not None:
@@ -385,11 +386,8 @@ def splice(bridge: EngineBridge, pieces: Sequence[str | KVHandle]) -> tuple[int,
 
 
 def tokenizer_fingerprint(bridge: EngineBridge) -> str:
-    """Identity of a bridge's tokenizer (bridges may override ``tokenizer_fingerprint``)."""
-    fp = getattr(bridge, "tokenizer_fingerprint", None)
-    if callable(fp):
-        return str(fp())
-    return f"model:{bridge.model}"
+    """Identity of a bridge's tokenizer (equal fingerprints: handles cross models as token ids)."""
+    return bridge.tokenizer_fingerprint()
 
 
 def _messages(context: ContextInput) -> tuple[Mapping[str, Any], ...]:

@@ -63,7 +63,7 @@ Call = Callable[..., Awaitable[str]]
 async def vote(call: Call, ctx: str, n: int, choices: list[str], style: str, cfg: dict[str, Any]) -> dict[str, Any]:
     """n voters, every one to the end, then the majority (microagent's tie rule)."""
     instr = P.vote_instructions(choices, style)
-    base = [P.user(ctx), P.user(instr)]
+    base = [*P.context(ctx), P.user(instr)]
 
     async def one() -> str:
         if style == "direct":
@@ -78,7 +78,7 @@ async def vote(call: Call, ctx: str, n: int, choices: list[str], style: str, cfg
 
 
 def debate_round1(ctx: str) -> list[P.Message]:
-    return [P.user(ctx), P.user(P.FIRST_PROMPT)]
+    return [*P.context(ctx), P.user(P.FIRST_PROMPT)]
 
 
 def debate_round2(ctx: str, own: str, others: list[tuple[str, str]]) -> list[P.Message]:
@@ -104,13 +104,13 @@ async def debate(call: Call, ctx: str, agents: int, rounds: int, choices: list[s
 
 def aggregate_prompt(ctx: str, proposals: list[str]) -> list[P.Message]:
     parts = [(f"\nProposal from proposer-{i}: ", p) for i, p in enumerate(proposals[1:], 2)]
-    return [P.user(ctx), P.assistant(proposals[0]), P.user(P.spliced(parts, "\n" + P.AGGREGATE_PROMPT))]
+    return [*P.context(ctx), P.assistant(proposals[0]), P.user(P.spliced(parts, "\n" + P.AGGREGATE_PROMPT))]
 
 
 async def aggregate(call: Call, ctx: str, proposers: int, cfg: dict[str, Any]) -> dict[str, Any]:
     """N proposals in parallel, then one aggregator (greedy) reading them as text."""
     props = await asyncio.gather(*(
-        call([P.user(ctx)], max_tokens=cfg["max_tokens"], temperature=cfg["temperature"]) for _ in range(proposers)
+        call(P.context(ctx), max_tokens=cfg["max_tokens"], temperature=cfg["temperature"]) for _ in range(proposers)
     ))
     final = await call(aggregate_prompt(ctx, list(props)), max_tokens=cfg["max_tokens"], temperature=0.0)
     return {"answer": P.clean(final)}
@@ -134,7 +134,7 @@ async def reflect(call: Call, ctx: str, rounds: int, choices: list[str], cfg: di
     """Draft, validate, critique, revise (microagent's reflect control flow, as client code)."""
     validate = format_validator(choices)
     kw = {"max_tokens": cfg["max_tokens"], "temperature": cfg["temperature"]}
-    thread = [P.user(ctx), P.user(P.FIRST_PROMPT)]
+    thread = [*P.context(ctx), P.user(P.FIRST_PROMPT)]
     draft = await call(thread, **kw)
     for r in range(1, rounds + 1):
         error = validate(draft)

@@ -41,7 +41,7 @@ def build(workload: dict[str, Any], ctx: str, choices: list[str], caller: C.Call
 
     if kind == "vote":
         style, instr = cfg["style"], P.vote_instructions(choices, cfg["style"])
-        base = [P.user(ctx), P.user(instr)]
+        base = [*P.context(ctx), P.user(instr)]
 
         def voter(name: str) -> Any:
             async def node(state: State) -> State:
@@ -96,7 +96,7 @@ def build(workload: dict[str, Any], ctx: str, choices: list[str], caller: C.Call
     elif kind == "aggregate":
         def proposer(i: int) -> Any:
             async def node(state: State) -> State:
-                return {"outputs": [(f"proposer-{i}", await caller.call([P.user(ctx)], max_tokens=mt, temperature=temp))]}
+                return {"outputs": [(f"proposer-{i}", await caller.call(P.context(ctx), max_tokens=mt, temperature=temp))]}
             return node
 
         async def aggregator(state: State) -> State:
@@ -114,7 +114,7 @@ def build(workload: dict[str, Any], ctx: str, choices: list[str], caller: C.Call
         validate = C.format_validator(choices)
 
         async def draft(state: State) -> State:
-            thread = [P.user(ctx), P.user(P.FIRST_PROMPT)]
+            thread = [*P.context(ctx), P.user(P.FIRST_PROMPT)]
             out = await caller.call(thread, max_tokens=mt, temperature=temp)
             return {"thread": thread, "draft": out, "round": 1, "error": validate(out)}
 
@@ -151,6 +151,7 @@ async def main(job: dict[str, Any]) -> dict[str, Any]:
     import langgraph
     from openai import AsyncOpenAI
 
+    P.SYSTEM = job.get("system")
     client = AsyncOpenAI(base_url=job["base_url"], api_key="none", max_retries=0, timeout=600)
     caller = C.Caller(client, job["model"])
     graph = build(job["workload"], job["context"], job["choices"], caller)

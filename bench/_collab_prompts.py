@@ -47,6 +47,17 @@ def answer_cue(choices: list[str]) -> str:
     return f"{ANSWER_CUE} one of: {', '.join(choices)}."
 
 
+#: an explicit system message sent first on every side (``--system-prompt``); None = none
+SYSTEM: str | None = None
+#: the system prompt SmolLM2's chat template inserts when a conversation has none
+SMOLLM2_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+
+def context(ctx: str) -> list[Message]:
+    """The shared context as messages: the optional system message, then the user's task."""
+    return ([{"role": "system", "content": SYSTEM}] if SYSTEM else []) + [user(ctx)]
+
+
 def user(text: str) -> Message:
     return {"role": "user", "content": text}
 

@@ -129,7 +129,8 @@ def tables(data: dict[str, Any], summary: dict[str, Any]) -> str:
             c = row[s]
             lines.append(f"| {w} | {s} | {c['wall']:.2f} | {c['sum_prefill_s']:.2f} | {c['sum_decode_s']:.2f} | {c['orchestration_s']:.2f} |")
     if data.get("accuracy") and data.get("items"):
-        lines += ["", f"### Accuracy ({data['items']} items, 95 % Wilson intervals)", "",
+        chance = f"; chance level {data['chance']:.3f}" if data.get("chance") else ""
+        lines += ["", f"### Accuracy ({data['items']} items, 95 % Wilson intervals{chance})", "",
                   "| method | correct | accuracy | 95 % CI | completion tokens / question |", "|---|---|---|---|---|"]
         for m in data["accuracy"]:
             lines.append(f"| {m['method']} | {m['correct']}/{m['n']} | {m['accuracy']:.3f} | "
@@ -200,6 +201,8 @@ def plots(data: dict[str, Any], summary: dict[str, Any], out_dir: Path, stem: st
         for m in data["accuracy"]:
             x, y = m["completion_tokens"], m["accuracy"]
             ax.errorbar([x], [y], yerr=[[y - m["ci"][0]], [m["ci"][1] - y]], fmt="o", capsize=3, label=m["method"])
+        if data.get("chance"):
+            ax.axhline(data["chance"], color="gray", linestyle=":", label=f"chance ({data['chance']:.2f})")
         ax.set_xlabel("completion tokens per question (mean)")
         ax.set_ylabel("accuracy (95 % Wilson CI)")
         ax.set_ylim(0, 1)

@@ -81,21 +81,22 @@ async def run_micro(bridge: Any, wl: dict[str, Any], ctx: str, choices: list[str
                     wave: int = 0) -> dict[str, Any]:
     import microagent as M
 
+    ctx_in: Any = C.P.context(ctx)  # the same messages the client code sends first
     n0, s0 = len(bridge.generations), bridge.stats()
     t0c, t0 = bridge.clock(), time.monotonic()
     kind = wl["kind"]
     if kind == "vote":
-        out = await M.vote(bridge, ctx, voters=wl["n"], choices=choices, style=wl["style"],
+        out = await M.vote(bridge, ctx_in, voters=wl["n"], choices=choices, style=wl["style"],
                            temperature=wl["temperature"], max_tokens=wl["max_tokens"],
                            answer_tokens=wl["answer_tokens"], early_stop=early_stop, wave=wave)
     elif kind == "debate":
-        out = await M.debate(bridge, ctx, agents=wl["agents"], rounds=wl["rounds"], max_tokens=wl["max_tokens"],
+        out = await M.debate(bridge, ctx_in, agents=wl["agents"], rounds=wl["rounds"], max_tokens=wl["max_tokens"],
                              temperature=wl["temperature"], early_stop=False, answer={"choices": choices})
     elif kind == "aggregate":
-        out = await M.aggregate(bridge, ctx, proposers=wl["proposers"], max_tokens=wl["max_tokens"],
+        out = await M.aggregate(bridge, ctx_in, proposers=wl["proposers"], max_tokens=wl["max_tokens"],
                                 temperature=wl["temperature"])
     else:
-        out = await M.reflect(bridge, ctx, validator=C.format_validator(choices), rounds=wl["rounds"],
+        out = await M.reflect(bridge, ctx_in, validator=C.format_validator(choices), rounds=wl["rounds"],
                               drafter=C.P.FIRST_PROMPT, max_tokens=wl["max_tokens"], temperature=wl["temperature"])
     wall = time.monotonic() - t0
     t1c = bridge.clock()
@@ -114,7 +115,7 @@ async def run_micro(bridge: Any, wl: dict[str, Any], ctx: str, choices: list[str
         "usage": out.usage.to_dict(), "early_stopped": out.early_stopped,
         "requests": len(results), "aborted": s1.requests_aborted - s0.requests_aborted,
         "ideal": ideal_prefill([(r.prompt.token_ids, r.output_ids) for r in results]),
-        "context_tokens": len(bridge.chat.context([{"role": "user", "content": ctx}])),
+        "context_tokens": len(bridge.chat.context(ctx_in)),
         "sum_prefill_s": sum((r.timings.queue_and_prefill or 0.0) for r in results),
         "sum_decode_s": sum((r.timings.decode or 0.0) for r in results),
         "split": time_split(intervals, t0c, t1c),
@@ -141,7 +142,7 @@ async def run_client(server: Any, wl: dict[str, Any], ctx: str, choices: list[st
 def run_langgraph(server: Any, wl: dict[str, Any], ctx: str, choices: list[str]) -> dict[str, Any]:
     from _collab_engines import SERVED_NAME, metric_delta
 
-    job = {"base_url": server.base_url, "model": SERVED_NAME, "workload": wl, "context": ctx, "choices": choices}
+    job = {"system": C.P.SYSTEM, "base_url": server.base_url, "model": SERVED_NAME, "workload": wl, "context": ctx, "choices": choices}
     before = server.metrics()
     proc = subprocess.run([str(PEERS_VENV / "bin" / "python"), str(HERE / "_collab_peer.py"), json.dumps(job)],
                           capture_output=True, text=True, check=False, cwd=str(HERE))
@@ -314,10 +315,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     choices_of = {t.id: t.choices for t in tasks}
     return {
         "machine": machine(), "peers": peers, "settings": SETTINGS, "workloads": {w: WORKLOADS[w] for w in work},
-        "plan": work, "quick": args.quick, "reps": args.reps, "items": len(rows),
+        "plan": work, "quick": args.quick, "system_prompt": C.P.SYSTEM, "reps": args.reps, "items": len(rows),
         "server_start_s": {k: s.start_seconds for k, s in servers.items()},
         "engine_start_s": bridge.engine_start_seconds, "runs": runs, "accuracy_rows": rows,
-        "accuracy": accuracy_summary(rows, choices_of), "total_s": time.monotonic() - t_start,
+        "accuracy": accuracy_summary(rows, choices_of),
+        "chance": statistics.fmean(1 / len(choices_of[r["id"]]) for r in rows) if rows else None, "total_s": time.monotonic() - t_start,
         "command": "python bench/collab.py " + " ".join(sys.argv[1:]),
     }
 
@@ -331,7 +333,12 @@ def main() -> None:
     ap.add_argument("--no-langgraph", action="store_true")
     ap.add_argument("--port", type=int, default=8731)
     ap.add_argument("--out", default="collab")
+    ap.add_argument("--system-prompt", action="store_true",
+                    help="send SmolLM2's default system prompt explicitly on every side (microagent's "
+                         "chat composition omits it; vLLM's server inserts it)")
     args = ap.parse_args()
+    if args.system_prompt:
+        C.P.SYSTEM = C.P.SMOLLM2_DEFAULT_SYSTEM
     if args.items is None:
         args.items = 20 if args.quick else 240
     data = asyncio.run(main_async(args))

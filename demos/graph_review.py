@@ -17,16 +17,18 @@ import sys
 from pathlib import Path
 
 import anyio
-from microagent.actors import CollaborationEvent, collaborate
-from microagent.actors._graph import Graph
-from microagent.actors._ops_graph import GraphConfig as _GraphConfig  # registers the "graph" mode
-from microagent.actors._roles_library import load_roles
-from microagent.engine_bridge import VLLMBridge
+from microagent import (
+    CollaborationEvent,
+    EngineBridge,
+    Graph,
+    Outcome,
+    VLLMBridge,
+    collaborate,
+    load_roles,
+)
 
 HERE = Path(__file__).parent
 TASK = "Write a Python function is_palindrome(s) that ignores case and spaces."
-_ = _GraphConfig
-
 
 def build_graph(roles_dir: Path = HERE / "roles") -> Graph:
     """The review graph, from the role files (the docs page draws it)."""
@@ -44,6 +46,11 @@ def build_graph(roles_dir: Path = HERE / "roles") -> Graph:
     )
 
 
+async def review(engine: EngineBridge, task: str = TASK, *, max_tokens: int = 256, on_event: object = None) -> Outcome:
+    """Run the review graph on ``engine``."""
+    return await collaborate(engine, "graph", task, graph=build_graph(), on_event=on_event, max_tokens=max_tokens)  # type: ignore[arg-type]
+
+
 async def main(task: str, as_json: bool) -> int:
     def on_event(e: CollaborationEvent) -> None:
         if as_json:
@@ -57,7 +64,7 @@ async def main(task: str, as_json: bool) -> int:
             print(f"   [{e.type}] {e.data}", flush=True)
 
     async with VLLMBridge("default") as engine:
-        outcome = await collaborate(engine, "graph", task, graph=build_graph(), on_event=on_event, max_tokens=256)
+        outcome = await review(engine, task, on_event=on_event)
     if as_json:
         print(json.dumps(outcome.to_dict(), indent=2))
     else:

@@ -238,6 +238,14 @@ class EngineBridge(abc.ABC):
     def detokenize(self, token_ids: Sequence[int]) -> str:
         """Text of ``token_ids`` (special tokens kept)."""
 
+    def tokenizer_fingerprint(self) -> str:
+        """Identity of this bridge's tokenizer: bridges with equal fingerprints share token ids.
+
+        Crossing models re-tokenizes text unless the fingerprints match (engines
+        override this with a digest of their vocabulary).
+        """
+        return f"{type(self).__name__}:{self.model}"
+
     async def atokenize(self, text: str) -> list[int]:
         """``tokenize`` off the event loop, for long texts."""
         if len(text) < 2048:

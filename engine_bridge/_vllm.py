@@ -281,6 +281,10 @@ class VLLMBridge(EngineBridge):
     def detokenize(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(token_ids)
 
+    def tokenizer_fingerprint(self) -> str:
+        """Equal for two bridges whose tokenizers give the same ids (then handles cross as ids)."""
+        return self.tokenizer.fingerprint()
+
     def _make_chat(self) -> ChatComposer:
         """Token-level chat composition with the model's own chat template."""
         from ._chat import ChatComposer, ChatTemplate

@@ -55,6 +55,20 @@ class HFTokenizer:
     def raw(self) -> Any:
         return self._tok
 
+    def fingerprint(self) -> str:
+        """A digest of the vocabulary and special tokens: equal digests mean equal token ids."""
+        cached: str | None = getattr(self, "_fingerprint", None)
+        if cached is None:
+            import hashlib
+            import json
+
+            vocab = sorted(self._tok.get_vocab().items())
+            special = sorted(map(str, self._tok.all_special_tokens))
+            blob = json.dumps([vocab, special, self._tok.eos_token], ensure_ascii=False).encode()
+            cached = hashlib.sha256(blob).hexdigest()
+            self._fingerprint = cached
+        return cached
+
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``, no special tokens added."""
         return [int(t) for t in self._tok.encode(text, add_special_tokens=False)]

@@ -5,7 +5,10 @@ bridges; ``microagent serve`` builds vLLM bridges and runs it on uvloop.
 """
 
 from ._app import ServerLimits as ServerLimits
+from ._app import collaboration_response as collaboration_response
 from ._app import create_app as create_app
+from ._cli import LiveView as LiveView
+from ._cli import summary_table as summary_table
 from ._errors import ApiError as ApiError
 from ._metrics import ServerMetrics as ServerMetrics
 from ._schemas import AgentSpecModel as AgentSpecModel

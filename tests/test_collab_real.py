@@ -61,15 +61,30 @@ def test_vote_reason_then_answer(real_engine: RealEngine) -> None:
     check_handoffs(events, {"answer"})
 
 
-def test_vote_early_stop_prunes_on_engine(real_engine: RealEngine) -> None:
+def test_vote_early_stop_aborts_running_voters(real_engine: RealEngine) -> None:
+    # three quick greedy voters agree while two long reasoners are still decoding
+    agents = [AgentSpec("fast", count=3, max_tokens=8), AgentSpec("slow", count=2, max_tokens=400)]
+    aborted_before = real_engine.bridge.stats().requests_aborted
+    outcome, events = run(
+        real_engine, "vote", agents, answer={"choices": ["yes", "no"]}, style="reason", temperature=0.0,
+    )
+    assert outcome.early_stopped
+    slow = [a for a in outcome.agents if a.name.startswith("slow")]
+    assert all(a.finish_reason == "pruned" for a in slow), [(a.name, a.finish_reason) for a in outcome.agents]
+    assert all(a.completion_tokens < 400 for a in slow)  # stopped mid-generation
+    assert real_engine.bridge.stats().requests_aborted >= aborted_before + 2
+    assert [e.agent for e in events if e.type == "pruned"]
+    assert real_engine.bridge.live_requests() == frozenset()
+
+
+def test_vote_waves_never_start_unneeded_voters(real_engine: RealEngine) -> None:
     outcome, _ = run(
         real_engine, "vote", [AgentSpec("voter", count=5)],
-        answer={"choices": ["yes", "no"]}, style="direct", max_tokens=4, temperature=0.0,
+        answer={"choices": ["yes", "no"]}, style="direct", max_tokens=4, temperature=0.0, wave=3,
     )
-    # greedy voters all agree: the vote is decided after 3 of 5
-    assert outcome.early_stopped
-    assert sum(1 for a in outcome.agents if a.finish_reason == "pruned") >= 1
-    assert real_engine.bridge.live_requests() == frozenset()
+    assert outcome.early_stopped  # greedy voters agree: decided after the first wave
+    unstarted = [a for a in outcome.agents if a.finish_reason == "pruned" and a.requests == 0]
+    assert len(unstarted) == 2  # pruned before their prefill: never reached the engine
 
 
 def test_debate_two_rounds(real_engine: RealEngine) -> None:

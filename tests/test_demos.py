@@ -107,3 +107,29 @@ def test_embed_fastapi(real_engine: RealEngine) -> None:
     assert item == {"id": 7, "name": "item 7"}
     assert answer["answer"] in ("yes", "no")
     real_engine.assert_idle()
+
+
+def test_graph_review(real_engine: RealEngine) -> None:
+    demo = load("graph_review")
+    outcome: Outcome = real_engine.call(lambda: demo.review(real_engine.bridge, max_tokens=24))
+    nodes = outcome.extra["graph"]["nodes"]
+    assert nodes["planner"]["iterations"] == 1 and nodes["final"]["iterations"] == 1
+    assert outcome.answer
+    real_engine.assert_idle()
+
+
+def test_openai_client(real_engine: RealEngine) -> None:
+    """The SDK demo against `microagent serve`'s app, live on 127.0.0.1, on the shared engine."""
+    from openai import OpenAI
+    from test_server_helpers import live_server
+
+    demo = load("openai_client")
+    bridge = real_engine.bridge
+    with live_server(lambda: {bridge.model: bridge}, portal=real_engine.portal, open_engines=False) as srv:
+        client = OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0, timeout=300)
+        answer, events = demo.stream_debate(client, bridge.model, "What is 6 + 7?", max_tokens=16)
+    assert answer
+    types = {e["type"] for e in events}
+    assert {"agent_started", "delta", "agent_finished", "final"} <= types
+    assert {e["agent"] for e in events if e["type"] == "agent_started"} >= {"debater-1", "debater-2", "debater-3"}
+    real_engine.assert_idle()
