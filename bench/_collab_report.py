@@ -183,7 +183,9 @@ def plots(data: dict[str, Any], summary: dict[str, Any], out_dir: Path, stem: st
                 if ideal:
                     label: dict[str, Any] = {"label": "ideal (context once + suffixes)"} if j == 0 else {}
                     ax.hlines(ideal, j - 0.4, j + 0.4, colors="black", linestyles="dashed", **label)
-            ax.set_ylim(bottom=0)
+        top = max((cells[w][s].get("wall_max", cells[w][s][metric]) if metric == "wall" else cells[w][s][metric])
+                  for w in workloads for s in cells[w])
+        ax.set_ylim(0, top * 1.3)  # headroom: the legend sits above the bars
         ax.set_xticks(range(len(workloads)), workloads, fontsize=8)
         ax.set_ylabel(ylabel)
         mode = "quick mode, " if data.get("quick") else ""

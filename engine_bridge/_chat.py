@@ -55,6 +55,10 @@ class ChatTemplate:
         generation: the ids that open the assistant turn to generate (``add_generation_prompt``).
         eot_token_id: the end-of-turn token (ChatML: ``<|im_end|>``).
         prefix: the ids at the start of every conversation (e.g. a BOS token); often empty.
+        default_system: the ids of the system turn the template inserts when a
+            conversation does not start with a system message (SmolLM2's does);
+            composition inserts it the same way, so prompts equal the template's
+            own rendering (and vLLM's OpenAI server's).
     """
 
     opens: Mapping[str, Tokens] = attrs.field(converter=_freeze, hash=False)
@@ -62,6 +66,7 @@ class ChatTemplate:
     generation: Tokens = attrs.field(converter=_ids)
     eot_token_id: int
     prefix: Tokens = attrs.field(default=(), converter=_ids)
+    default_system: Tokens = attrs.field(default=(), converter=_ids)
 
     def __attrs_post_init__(self) -> None:
         if set(self.opens) != set(self.closes):
@@ -137,10 +142,11 @@ class ChatTemplate:
     ) -> ChatTemplate:
         """Derive the fragments by rendering the template with sentinel contents.
 
-        The template is always rendered with a system message first when
-        ``"system"`` is a role, so templates that inject a default system prompt
-        when none is given (SmolLM2's does) never leak it: the composition is
-        exactly the given messages. See the module docstring for the splitting rule.
+        The fragments are derived from a rendering that starts with a system
+        message; a default system turn that the template inserts when none is
+        given (SmolLM2's does) is derived separately (``default_system``) and
+        inserted by ``ChatComposer.context`` in the same case. See the module
+        docstring for the splitting rule.
 
         Args:
             render: ``render(messages, add_generation_prompt) -> text``, e.g.
@@ -180,6 +186,12 @@ class ChatTemplate:
         without = render(head, False)
         generation = with_gen[len(without) :] if with_gen.startswith(without) else opens["assistant"]
 
+        default_system = ""
+        if "system" in roles:
+            user_first = _render_parts(render, ["user"], add_generation_prompt=False)[0]
+            if user_first.startswith(prefix) and user_first.endswith(opens["user"]):
+                default_system = user_first[len(prefix) : len(user_first) - len(opens["user"])]
+
         def ids(text: str) -> Tokens:
             return tuple(encode(text)) if text else ()
 
@@ -189,6 +201,7 @@ class ChatTemplate:
             ids(generation),
             eot_token_id,
             ids(prefix),
+            ids(default_system),
         )
 
 
@@ -263,8 +276,15 @@ class ChatComposer:
         *,
         adapter: str | AdapterRef | None = None,
     ) -> KVHandle:
-        """A handle of the whole conversation ``messages`` (no generation prompt)."""
+        """A handle of the whole conversation ``messages`` (no generation prompt).
+
+        Like the template itself, it starts with the template's default system
+        turn when the first message is not a system message.
+        """
         handle = self.bridge.handle(self.template.prefix, adapter=adapter)
+        first_role = _unpack(messages[0])[0] if messages else None
+        if self.template.default_system and first_role != "system":
+            handle = handle.extend(self.template.default_system)
         for message in messages:
             role, content = _unpack(message)
             handle = self.append(handle, role, content)

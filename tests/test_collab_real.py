@@ -111,12 +111,21 @@ def test_aggregate(real_engine: RealEngine) -> None:
 
 
 def test_lora_role_runs_under_its_adapter(real_engine: RealEngine) -> None:
+    # a shorter context: LoRA prefill is several times slower than the base model's on CPU
+    context = [{"role": "user", "content": SOURCE[:2400] + "\nSummarise this code in one sentence."}]
     agents = [AgentSpec("plain"), AgentSpec("tuned", adapter="lora-a"), AgentSpec("aggregator", role="aggregator")]
-    outcome, _ = run(real_engine, "aggregate", agents, max_tokens=16)
+
+    async def go() -> Outcome:
+        return await collaborate(real_engine.bridge, "aggregate", context, agents, max_tokens=16)
+
+    outcome = real_engine.call(go)
+    real_engine.assert_idle()
     tuned = next(a for a in outcome.agents if a.name == "tuned")
+    plain = next(a for a in outcome.agents if a.name == "plain")
     assert tuned.adapter == "lora-a" and tuned.completion_tokens > 0
-    # LoRA blocks never share KV with the base model: the adapter's fork computed the context
-    assert tuned.cached_tokens < tuned.prompt_tokens - 1024
+    assert plain.prompt_tokens == tuned.prompt_tokens > 512
+    # LoRA blocks never share KV with the base model: the adapter's fork computed the context itself
+    assert tuned.cached_tokens == 0 or tuned.cached_tokens < plain.prompt_tokens - 256
 
 
 def test_cascade_across_two_engines(real_engine: RealEngine) -> None:
