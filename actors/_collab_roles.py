@@ -96,6 +96,7 @@ class RoleActor(Actor):
     async def _turn(self, turn: Turn) -> TurnDone:
         record = self.record
         if self.pruned:  # pruned before its prefill: never reaches the engine
+            record.finish_reason = "pruned"
             return TurnDone(self.agent, None, skipped=True)
         if record.started is None:
             record.started = self.bridge.clock()
@@ -105,6 +106,7 @@ class RoleActor(Actor):
             sent_at=turn.sent_at if turn.sent_at is not None else handler_start,
         )
         if self.pruned:  # no checkpoint between this test and the request's registration
+            record.finish_reason = "pruned"
             return TurnDone(self.agent, None, skipped=True)
         submitted = self._clock()
         first_token: float | None = None

@@ -246,6 +246,7 @@ class Outcome:
             "early_stopped": self.early_stopped,
             "agents": [a.to_dict() for a in self.agents],
             "usage": self.usage.to_dict(),
+            "pruned": [a.name for a in self.agents if a.finish_reason == "pruned"],
             "wall_time": round(self.wall_time, 4),
         }
         if self.votes is not None:
