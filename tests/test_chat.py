@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import attrs
-
 from collections.abc import Callable
 
+import attrs
 import jinja2
 import pytest
 from hypothesis import given, settings
