@@ -227,14 +227,22 @@ class LiveView:
         who = f"[{name}] " if name else ""
         if kind == "agent_finished":
             text = self.agents.get(name or "", {}).get("text", "")
-            detail = f"{data.get('finish_reason', 'stop')}: {_one_line(text, 70)}"
+            tokens = ""
+            if "prompt_tokens" in data:
+                tokens = (f" [{data.get('label', 'turn')}: {data['prompt_tokens']} prompt tokens, "
+                          f"{data.get('cached_tokens', 0)} cached, {data.get('completion_tokens', 0)} generated]")
+            detail = f"{data.get('finish_reason', 'stop')}{tokens}: {_one_line(text, 60)}"
         elif kind == "vote":
             detail = f"{data.get('answer')!r} -> {json.dumps(data.get('votes', self.votes))}"
         elif kind == "final":
             detail = _one_line(str(data.get("answer", "")), 80)
         else:
-            skip = {"type", "agent", "time", "text", "usage"}
-            detail = " ".join(f"{k}={v}" for k, v in data.items() if k not in skip)
+            skip = {"type", "agent", "time", "text", "usage", "sent_at", "submitted", "first_token",
+                    "finished", "request_id", "expected_cached_tokens", "cache_miss"}
+            detail = " ".join(
+                f"{k}={round(v, 2) if isinstance(v, float) else v}"
+                for k, v in data.items() if k not in skip and v is not None
+            )
         print(f"{who}{kind} {detail}".rstrip(), file=self.out, flush=True)
 
     def _draw(self) -> None:
