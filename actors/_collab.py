@@ -363,6 +363,37 @@ class CollaborationContext:
             raise
 
 
+def find_role(agents: Sequence[AgentSpec], role: str) -> tuple[list[AgentSpec], AgentSpec | None]:
+    """(the other specs, the one spec whose ``role`` or name is ``role``, or None).
+
+    Raises:
+        InvalidCollaboration: that spec has ``count`` > 1 (a single-agent role).
+    """
+    for i, spec in enumerate(agents):
+        if spec.role == role or spec.name == role:
+            if spec.count != 1:
+                raise InvalidCollaboration("agents.count", f"the {role} must have count 1")
+            return [a for j, a in enumerate(agents) if j != i], spec
+    return list(agents), None
+
+
+def split_final_role(agents: Sequence[AgentSpec], role: str) -> tuple[list[AgentSpec], AgentSpec]:
+    """(the other specs, the spec playing ``role``: the one named so, else the last one).
+
+    For modes whose last step is one agent (aggregator, verifier).
+    """
+    others, spec = find_role(agents, role)
+    if spec is None:
+        if not agents:
+            raise InvalidCollaboration("agents", f"needs a {role}")
+        others, spec = list(agents[:-1]), agents[-1]
+        if spec.count != 1:
+            raise InvalidCollaboration("agents.count", f"the {role} (the last agent) must have count 1")
+    if not others:
+        raise InvalidCollaboration("agents", f"needs other agents besides the {role}")
+    return others, spec
+
+
 def splice(bridge: EngineBridge, pieces: Sequence[str | KVHandle]) -> tuple[int, ...]:
     """Token ids of mixed content: text is tokenized, handles are spliced as they are.
 

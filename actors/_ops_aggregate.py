@@ -15,23 +15,15 @@ from typing import ClassVar
 import anyio
 
 from ..engine_bridge import KVHandle
-from ._collab import CollaborationContext, CollaborationOp, register_mode
+from ._collab import CollaborationContext, CollaborationOp, register_mode, split_final_role
 from ._collab_config import ModeConfig
 from ._collab_roles import Role, Turn, TurnDone, clean_text
-from ._collab_types import AgentSpec, CollaborationFailed, InvalidCollaboration
+from ._collab_types import AgentSpec, CollaborationFailed
 
 AGGREGATE_PROMPT = (
     "Above is one proposal; the other proposals follow. Combine the best parts of all proposals "
     "into one final answer. Reply with the final answer only."
 )
-
-
-def split_aggregator(agents: tuple[AgentSpec, ...]) -> tuple[list[AgentSpec], AgentSpec]:
-    """(proposers, aggregator) from a request's agent specs."""
-    for i, spec in enumerate(agents):
-        if spec.role == "aggregator" or spec.name == "aggregator":
-            return [a for j, a in enumerate(agents) if j != i], spec
-    return list(agents[:-1]), agents[-1]
 
 
 @register_mode
@@ -48,15 +40,10 @@ class Aggregate(CollaborationOp):
 
     def validate(self, config: ModeConfig, agents: Sequence[AgentSpec]) -> None:
         super().validate(config, agents)
-        specs = tuple(agents)
-        _, aggregator = split_aggregator(specs)
-        if aggregator.count != 1:
-            raise InvalidCollaboration("agents.count", "the aggregator must have count 1")
-        if len(specs) < 2:
-            raise InvalidCollaboration("agents", "aggregate needs proposers and an aggregator")
+        split_final_role(agents, "aggregator")
 
     async def run(self, ctx: CollaborationContext) -> str:
-        proposer_specs, aggregator_spec = split_aggregator(ctx.agents)
+        proposer_specs, aggregator_spec = split_final_role(ctx.agents, "aggregator")
         proposers = await ctx.spawn_all(proposer_specs, role="proposer")
         aggregator = await ctx.spawn(aggregator_spec.agent_names()[0], aggregator_spec, "aggregator")
         proposals: dict[str, TurnDone] = {}

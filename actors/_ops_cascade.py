@@ -19,7 +19,13 @@ import attrs
 
 from ..engine_bridge import KVHandle
 from ._answers import all_agree, majority
-from ._collab import CollaborationContext, CollaborationOp, register_mode, tokenizer_fingerprint
+from ._collab import (
+    CollaborationContext,
+    CollaborationOp,
+    register_mode,
+    split_final_role,
+    tokenizer_fingerprint,
+)
 from ._collab_config import ModeConfig
 from ._collab_roles import Role, Turn, TurnDone, clean_text
 from ._collab_types import AgentSpec, CollaborationFailed, InvalidCollaboration
@@ -43,13 +49,6 @@ class CascadeConfig(ModeConfig):
     verify: str = attrs.field(default="on_disagreement", validator=_verify)
 
 
-def split_verifier(agents: tuple[AgentSpec, ...]) -> tuple[list[AgentSpec], AgentSpec]:
-    for i, spec in enumerate(agents):
-        if spec.role == "verifier" or spec.name == "verifier":
-            return [a for j, a in enumerate(agents) if j != i], spec
-    return list(agents[:-1]), agents[-1]
-
-
 @register_mode
 class Cascade(CollaborationOp):
     """Small drafts, large verifies; escalate only on disagreement."""
@@ -64,17 +63,12 @@ class Cascade(CollaborationOp):
 
     def validate(self, config: ModeConfig, agents: Sequence[AgentSpec]) -> None:
         super().validate(config, agents)
-        specs = tuple(agents)
-        if len(specs) < 2:
-            raise InvalidCollaboration("agents", "cascade needs drafters and a verifier")
-        _, verifier = split_verifier(specs)
-        if verifier.count != 1:
-            raise InvalidCollaboration("agents.count", "the verifier must have count 1")
+        split_final_role(agents, "verifier")
 
     async def run(self, ctx: CollaborationContext) -> str:
         config = ctx.config
         assert isinstance(config, CascadeConfig)
-        drafter_specs, verifier_spec = split_verifier(ctx.agents)
+        drafter_specs, verifier_spec = split_final_role(ctx.agents, "verifier")
         drafters = await ctx.spawn_all(drafter_specs, role="drafter")
         drafts: dict[str, TurnDone] = {}
 

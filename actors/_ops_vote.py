@@ -21,7 +21,7 @@ import attrs
 
 from ..engine_bridge import KVHandle
 from ._answers import Tally
-from ._collab import CollaborationContext, CollaborationOp, register_mode
+from ._collab import CollaborationContext, CollaborationOp, find_role, register_mode
 from ._collab_config import ModeConfig, _bounded
 from ._collab_roles import Role, Turn, clean_text
 from ._collab_types import AgentSpec, InvalidCollaboration
@@ -66,7 +66,7 @@ class Vote(CollaborationOp):
         if style == "auto":
             style = "direct" if (config.answer is not None and config.max_tokens <= 32) else "reason"
         choices = config.answer.choices if config.answer is not None else None
-        voter_specs, aggregator_spec = _split(ctx.agents)
+        voter_specs, aggregator_spec = find_role(ctx.agents, "aggregator")
         voters = await ctx.spawn_all(voter_specs, role="voter")
         tally = Tally(total_voters=len(voters), choices=choices)
         ctx.votes = {}
@@ -158,16 +158,6 @@ class Vote(CollaborationOp):
 
 
 SUMMARY_PROMPT = "Write the final answer for the user, using the reviewers' reasoning. Be concise."
-
-
-def _split(agents: tuple[AgentSpec, ...]) -> tuple[list[AgentSpec], AgentSpec | None]:
-    """(voters, aggregator or None): an agent with role or name ``aggregator`` summarises."""
-    for i, spec in enumerate(agents):
-        if spec.role == "aggregator" or spec.name == "aggregator":
-            if spec.count != 1:
-                raise InvalidCollaboration("agents.count", "the aggregator must have count 1")
-            return [a for j, a in enumerate(agents) if j != i], spec
-    return list(agents), None
 
 
 def _default_instructions(ctx: CollaborationContext, style: str) -> str:
