@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import abc
 import itertools
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import anyio
 import attrs
 
-from ..engine_bridge import EngineBridge, EngineDied, KVHandle, Sampling, UnknownAdapter
+from ..engine_bridge import EngineBridge, EngineDied, KVHandle, Sampling
 from ._answers import normalize_answer
 from ._collab_config import ModeConfig, build_config
 from ._collab_roles import Role, RoleActor, Turn, TurnDone
@@ -223,14 +222,8 @@ class CollaborationContext:
 
     # -- engines and prompts ------------------------------------------------------------
     def bridge_for(self, spec: AgentSpec) -> EngineBridge:
-        if spec.model is None or spec.model == self.engine.model:
-            return self.engine
-        try:
-            return self.engines[spec.model]
-        except KeyError:
-            raise InvalidCollaboration(
-                "agents.model", f"model {spec.model!r} is not served; served: {sorted(self.engines)}"
-            ) from None
+        """The bridge that runs ``spec`` (see ``bridge_for_spec``)."""
+        return bridge_for_spec(spec, self.engine, self.engines)
 
     def context_for(self, bridge: EngineBridge) -> KVHandle:
         """The task context on ``bridge``'s model (composed once per model).
@@ -240,7 +233,7 @@ class CollaborationContext:
         """
         handle = self._contexts.get(bridge.model)
         if handle is None:
-            handle = bridge.chat.context(list(self.messages))  # type: ignore[attr-defined]
+            handle = bridge.chat.context(list(self.messages))
             self._contexts[bridge.model] = handle
         return handle
 
@@ -249,7 +242,7 @@ class CollaborationContext:
         if handle.model == bridge.model:
             return handle
         source = self.engines.get(handle.model, self.engine)
-        if tokenizer_fingerprint(source) == tokenizer_fingerprint(bridge):
+        if source.tokenizer_fingerprint() == bridge.tokenizer_fingerprint():
             return bridge.handle(handle.token_ids)
         return bridge.handle(bridge.tokenize(handle.text))
 
@@ -268,7 +261,7 @@ class CollaborationContext:
         then the role's instructions: shared things first, role-specific last.
         """
         bridge = bridge or self.bridge_for(spec)
-        chat = bridge.chat  # type: ignore[attr-defined]
+        chat = bridge.chat
         handle = base if base is not None else self.context_for(bridge)
         text = spec.instructions if instructions is None else instructions
         pieces = [*parts, text] if text else list(parts)
@@ -307,11 +300,6 @@ class CollaborationContext:
     async def spawn(self, agent: str, spec: AgentSpec, role: str | None = None) -> Role:
         """Spawn one role actor in this collaboration's scope."""
         bridge = self.bridge_for(spec)
-        if spec.adapter is not None:
-            try:
-                bridge.resolve_adapter(spec.adapter)
-            except UnknownAdapter as exc:
-                raise InvalidCollaboration("agents.adapter", str(exc)) from None
         record = AgentRecord(
             name=agent, role=role or spec.role or spec.name, adapter=spec.adapter,
             model=spec.model,
@@ -339,6 +327,24 @@ class CollaborationContext:
                 out.append(await self.spawn(agent, spec, role))
         return out
 
+    async def answer_all(self, roles: Sequence[Role], label: str) -> dict[str, TurnDone]:
+        """Every role answers at once from the shared context with its own instructions.
+
+        Returns the turns that finished (``stop`` or ``length``), in ``roles`` order;
+        pruned or aborted roles are left out.
+        """
+        done: dict[str, TurnDone] = {}
+
+        async def answer(role: Role) -> None:
+            turn = await self.turn(role, Turn(self.prompt(role.spec), self.sampling(role.spec), label=label))
+            if turn.result is not None and turn.result.finish_reason in ("stop", "length"):
+                done[role.agent] = turn
+
+        async with anyio.create_task_group() as tg:
+            for role in roles:
+                tg.start_soon(answer, role)
+        return {role.agent: done[role.agent] for role in roles if role.agent in done}
+
     async def prune(self, role: Role, reason: str = "early_stop") -> None:
         """Stop a role that is no longer needed: abort its engine request, record it as pruned."""
         if role.actor.pruned:
@@ -361,6 +367,25 @@ class CollaborationContext:
             role.record.error = f"{type(exc).__name__}: {getattr(exc, 'cause', exc)}"
             await self.emit("agent_finished", role.agent, finish_reason="error", error=role.record.error)
             raise
+
+
+def bridge_for_spec(spec: AgentSpec, engine: EngineBridge, engines: Mapping[str, EngineBridge]) -> EngineBridge:
+    """The bridge that runs ``spec``: its ``model``'s (default ``engine``), with its adapter checked.
+
+    Raises:
+        InvalidCollaboration: the model is not served or the adapter not registered there.
+    """
+    bridge = engine
+    if spec.model is not None and spec.model != engine.model:
+        found = engines.get(spec.model)
+        if found is None:
+            raise InvalidCollaboration("agents.model", f"model {spec.model!r} is not served; served: {sorted(engines)}")
+        bridge = found
+    if spec.adapter is not None and spec.adapter not in bridge.adapters:
+        raise InvalidCollaboration(
+            "agents.adapter", f"unknown adapter {spec.adapter!r}; registered: {sorted(bridge.adapters)}"
+        )
+    return bridge
 
 
 def find_role(agents: Sequence[AgentSpec], role: str) -> tuple[list[AgentSpec], AgentSpec | None]:
@@ -400,8 +425,7 @@ def splice(bridge: EngineBridge, pieces: Sequence[str | KVHandle]) -> tuple[int,
     A handle spliced mid-turn drops its trailing end-of-turn token (a generation
     that stopped ends with one), so a turn never holds a stray end-of-turn.
     """
-    eot = getattr(getattr(bridge, "chat", None), "template", None)
-    eot_id = getattr(eot, "eot_token_id", None)
+    eot_id = bridge.chat.template.eot_token_id
     ids: list[int] = []
     for piece in pieces:
         if isinstance(piece, KVHandle):
@@ -414,11 +438,6 @@ def splice(bridge: EngineBridge, pieces: Sequence[str | KVHandle]) -> tuple[int,
         elif piece:
             ids.extend(bridge.tokenize(piece))
     return tuple(ids)
-
-
-def tokenizer_fingerprint(bridge: EngineBridge) -> str:
-    """Identity of a bridge's tokenizer (equal fingerprints: handles cross models as token ids)."""
-    return bridge.tokenizer_fingerprint()
 
 
 def _messages(context: ContextInput) -> tuple[Mapping[str, Any], ...]:
@@ -439,7 +458,7 @@ def _messages(context: ContextInput) -> tuple[Mapping[str, Any], ...]:
 
 async def collaborate(
     engine: EngineBridge,
-    mode: str | type[CollaborationOp] | CollaborationOp,
+    mode: str | type[CollaborationOp] | CollaborationOp | PreparedCollaboration,
     context: ContextInput,
     agents: Sequence[AgentSpec | Mapping[str, Any]] | None = None,
     *,
@@ -453,7 +472,8 @@ async def collaborate(
 
     Args:
         engine: the default engine bridge (roles run here unless their spec names a model).
-        mode: a registered mode name, or a ``CollaborationOp`` class/instance.
+        mode: a registered mode name, a ``CollaborationOp`` class/instance, or what
+            ``prepare_collaboration`` returned (then ``agents`` and options stay empty).
         context: the task: a string (one user message), chat messages, or a ready handle.
         agents: agent specs (``AgentSpec`` or JSON-like dicts); the mode's default if empty.
         engines: other served models by name (cascade, per-agent ``model``).
@@ -468,19 +488,18 @@ async def collaborate(
         InvalidCollaboration: the request is invalid (names the field).
         CollaborationFailed: the collaboration could not produce an answer.
     """
-    prepared = prepare_collaboration(mode, agents, options, max_agents=max_agents)
+    if isinstance(mode, PreparedCollaboration):
+        if agents or options:
+            raise TypeError("a PreparedCollaboration already holds its agents and options")
+        prepared = mode
+    else:
+        prepared = prepare_collaboration(mode, agents, options, max_agents=max_agents)
     all_engines = {engine.model: engine, **dict(engines or {})}
-    for spec in prepared.agents:
-        if spec.model is not None and spec.model not in all_engines:
-            raise InvalidCollaboration("agents.model", f"model {spec.model!r} is not served; served: {sorted(all_engines)}")
-        if spec.adapter is not None:
-            bridge = all_engines[spec.model or engine.model]
-            if spec.adapter not in bridge.adapters:
-                raise InvalidCollaboration("agents.adapter", f"unknown adapter {spec.adapter!r}; registered: {sorted(bridge.adapters)}")
+    for spec in prepared.agents:  # unknown models and adapters fail before anything runs
+        bridge_for_spec(spec, engine, all_engines)
     messages = _messages(context)
-    handle = context if isinstance(context, KVHandle) else engine.chat.context(list(messages))  # type: ignore[attr-defined]
+    handle = context if isinstance(context, KVHandle) else engine.chat.context(list(messages))
     config = prepared.config
-    started = time.monotonic()
 
     async def run_in(rt: Any) -> Outcome:
         async with rt.scope(f"{prepared.op.name}-{next(_collab_ids)}") as scope:
@@ -495,9 +514,7 @@ async def collaborate(
                 raise
             except EngineDied as exc:
                 raise CollaborationFailed(f"the engine died: {exc}", tuple(ctx.records.values()), exc) from exc
-            except Exception as exc:
-                if isinstance(exc, anyio.get_cancelled_exc_class()):
-                    raise
+            except Exception as exc:  # cancellation is a BaseException: it passes through
                 raise CollaborationFailed(
                     f"{ctx.mode} failed: {type(exc).__name__}: {getattr(exc, 'cause', None) or exc}",
                     tuple(ctx.records.values()), exc,
@@ -506,14 +523,12 @@ async def collaborate(
                 if role.running_request is not None:
                     await ctx.prune(role, "collaboration_finished")
                 role.record.messages = role.ref.mailbox_stats().delivered
-            outcome = _outcome(ctx, answer, time.monotonic() - started)
+            outcome = _outcome(ctx, answer, ctx.now())
             await ctx.emit("final", None, answer=answer, usage=outcome.usage.to_dict())
             return outcome
 
-    if config.timeout is not None:
-        with anyio.fail_after(config.timeout):
-            return await _with_runtime(runtime, engine, run_in)
-    return await _with_runtime(runtime, engine, run_in)
+    with anyio.fail_after(config.timeout):  # None: no limit
+        return await _with_runtime(runtime, engine, run_in)
 
 
 async def _with_runtime(runtime: Any, engine: EngineBridge, body: Callable[[Any], Awaitable[Outcome]]) -> Outcome:

@@ -36,10 +36,8 @@ async def run_mode(
 ) -> Outcome:
     """``collaborate`` on a Runtime or a bridge (the generic form of the helpers below)."""
     engine, runtime = _target(target)
-    extra = dict(getattr(target, "engines", {}) or {})
-    extra.update(engines or {})
     return await collaborate(
-        engine, mode, context, agents, engines=extra, on_event=on_event, runtime=runtime, **options
+        engine, mode, context, agents, engines=engines, on_event=on_event, runtime=runtime, **options
     )
 
 

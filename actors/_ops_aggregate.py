@@ -12,12 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-import anyio
-
 from ..engine_bridge import KVHandle
 from ._collab import CollaborationContext, CollaborationOp, register_mode, split_final_role
 from ._collab_config import ModeConfig
-from ._collab_roles import Role, Turn, TurnDone, clean_text
+from ._collab_roles import Turn, clean_text
 from ._collab_types import AgentSpec, CollaborationFailed
 
 AGGREGATE_PROMPT = (
@@ -46,22 +44,13 @@ class Aggregate(CollaborationOp):
         proposer_specs, aggregator_spec = split_final_role(ctx.agents, "aggregator")
         proposers = await ctx.spawn_all(proposer_specs, role="proposer")
         aggregator = await ctx.spawn(aggregator_spec.agent_names()[0], aggregator_spec, "aggregator")
-        proposals: dict[str, TurnDone] = {}
-
-        async def propose(role: Role) -> None:
-            done = await ctx.turn(role, Turn(ctx.prompt(role.spec), ctx.sampling(role.spec), label="proposal"))
-            if done.result is not None and done.result.finish_reason in ("stop", "length"):
-                proposals[role.agent] = done
-
-        async with anyio.create_task_group() as tg:
-            for role in proposers:
-                tg.start_soon(propose, role)
+        proposals = await ctx.answer_all(proposers, "proposal")
         if not proposals:
             raise CollaborationFailed("no proposer produced a proposal", tuple(ctx.records.values()))
-        ordered = [p.agent for p in proposers if p.agent in proposals]
+        ordered = list(proposals)
         first = proposals[ordered[0]].result
         assert first is not None
-        chat = aggregator.bridge.chat  # type: ignore[attr-defined]
+        chat = aggregator.bridge.chat
         base = chat.close_turn(first.handle)
         parts: list[str | KVHandle] = []
         for name in ordered[1:]:

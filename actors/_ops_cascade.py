@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-import anyio
 import attrs
 
 from ..engine_bridge import KVHandle
@@ -24,10 +23,9 @@ from ._collab import (
     CollaborationOp,
     register_mode,
     split_final_role,
-    tokenizer_fingerprint,
 )
 from ._collab_config import ModeConfig
-from ._collab_roles import Role, Turn, TurnDone, clean_text
+from ._collab_roles import Turn, clean_text
 from ._collab_types import AgentSpec, CollaborationFailed, InvalidCollaboration
 
 ACCEPT = "ACCEPT"
@@ -70,19 +68,10 @@ class Cascade(CollaborationOp):
         assert isinstance(config, CascadeConfig)
         drafter_specs, verifier_spec = split_final_role(ctx.agents, "verifier")
         drafters = await ctx.spawn_all(drafter_specs, role="drafter")
-        drafts: dict[str, TurnDone] = {}
-
-        async def draft(role: Role) -> None:
-            done = await ctx.turn(role, Turn(ctx.prompt(role.spec), ctx.sampling(role.spec), label="draft"))
-            if done.result is not None and done.result.finish_reason in ("stop", "length"):
-                drafts[role.agent] = done
-
-        async with anyio.create_task_group() as tg:
-            for role in drafters:
-                tg.start_soon(draft, role)
+        drafts = await ctx.answer_all(drafters, "draft")
         if not drafts:
             raise CollaborationFailed("no drafter produced a draft", tuple(ctx.records.values()))
-        ordered = [d.agent for d in drafters if d.agent in drafts]
+        ordered = list(drafts)
         answers = {name: ctx.normalize(drafts[name].text) for name in ordered}
         for name, answer in answers.items():
             ctx.records[name].answer = answer
@@ -100,7 +89,7 @@ class Cascade(CollaborationOp):
         await ctx.emit("escalate", None, reason="drafters disagree" if not agree else "verify=always")
         verifier = await ctx.spawn(verifier_spec.agent_names()[0], verifier_spec, "verifier")
         bridge = verifier.bridge
-        same_tokens = all(tokenizer_fingerprint(bridge) == tokenizer_fingerprint(d.bridge) for d in drafters)
+        same_tokens = all(bridge.tokenizer_fingerprint() == d.bridge.tokenizer_fingerprint() for d in drafters)
         ctx.extra["retokenized"] = not same_tokens
         parts: list[str | KVHandle] = []
         for i, name in enumerate([best] + [n for n in ordered if n != best], 1):

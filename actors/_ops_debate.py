@@ -60,7 +60,7 @@ class Debate(CollaborationOp):
                 if done.result is None:
                     return
                 latest[agent.agent] = done
-                agent.thread = agent.bridge.chat.close_turn(done.result.handle)  # type: ignore[attr-defined]
+                agent.thread = agent.bridge.chat.close_turn(done.result.handle)
                 answers[agent.agent] = ctx.normalize(done.text)
                 agent.record.answer = answers[agent.agent]
 

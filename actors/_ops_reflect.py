@@ -68,7 +68,7 @@ class Reflect(CollaborationOp):
         critic_spec = specs[1] if len(specs) > 1 else AgentSpec("critic", instructions=CRITIC_PROMPT)
         drafter = await ctx.spawn(drafter_spec.agent_names()[0], drafter_spec, "drafter")
         critic = await ctx.spawn(critic_spec.agent_names()[0], critic_spec, "critic")
-        chat = drafter.bridge.chat  # type: ignore[attr-defined]
+        chat = drafter.bridge.chat
 
         prompt = ctx.prompt(drafter_spec)
         done = await ctx.turn(drafter, Turn(prompt, ctx.sampling(drafter_spec), label="draft", round=1))
@@ -76,9 +76,12 @@ class Reflect(CollaborationOp):
             raise CollaborationFailed("the drafter produced nothing", tuple(ctx.records.values()))
         draft = done.result
         history: list[dict[str, Any]] = []
+        verdict: Verdict | None = None
+        judged = None  # the draft ``verdict`` is about
         for r in range(1, rounds + 1):
             ctx.rounds = r
-            verdict = await run_validator(config.validator, draft.text) if config.validator else None
+            if config.validator is not None:
+                verdict, judged = await run_validator(config.validator, draft.text), draft
             entry: dict[str, Any] = {"round": r, "draft": clean_text(draft.text)}
             if verdict is not None:
                 entry["valid"] = verdict.ok
@@ -109,15 +112,12 @@ class Reflect(CollaborationOp):
             if revised.result is None:
                 break
             draft = revised.result
-        else:  # pragma: no cover - loop always breaks
-            pass
-        if config.validator is not None and (not history or "valid" not in history[-1] or history[-1]["draft"] != clean_text(draft.text)):
-            final = await run_validator(config.validator, draft.text)
-            ctx.extra["valid"] = final.ok
-            if final.message:
-                ctx.extra["validator_message"] = final.message
-        elif history and "valid" in history[-1]:
-            ctx.extra["valid"] = history[-1]["valid"]
+        if config.validator is not None:
+            if judged is not draft or verdict is None:  # the final draft was never validated
+                verdict = await run_validator(config.validator, draft.text)
+            ctx.extra["valid"] = verdict.ok
+            if verdict.message:
+                ctx.extra["validator_message"] = verdict.message
         ctx.extra["history"] = history
         drafter.record.output = clean_text(draft.text)
         return clean_text(draft.text)

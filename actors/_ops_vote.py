@@ -70,7 +70,6 @@ class Vote(CollaborationOp):
         voters = await ctx.spawn_all(voter_specs, role="voter")
         tally = Tally(total_voters=len(voters), choices=choices)
         ctx.votes = {}
-        state: dict[str, Any] = {"decided": False}
 
         async def cast(voter: Role) -> None:
             answer_text = await self._vote(ctx, voter, style)
@@ -83,9 +82,10 @@ class Vote(CollaborationOp):
             tally.add(answer)
             ctx.votes = tally.as_dict()
             await ctx.emit("vote", voter.agent, answer=answer, votes=ctx.votes, remaining=tally.remaining)
-            if config.early_stop and not state["decided"] and tally.remaining > 0 and tally.decided():
-                state["decided"] = True
+            if config.early_stop and not ctx.early_stopped and tally.remaining > 0 and tally.decided():
                 ctx.early_stopped = True
+                # every voter without an answer is pruned: running ones are aborted,
+                # those of later waves never start
                 for other in voters:
                     if other.record.answer is None and other is not voter:
                         await ctx.prune(other, "early_stop")
@@ -95,11 +95,8 @@ class Vote(CollaborationOp):
             async with anyio.create_task_group() as tg:
                 for voter in voters[start : start + wave]:
                     tg.start_soon(cast, voter)
-            if state["decided"]:
+            if ctx.early_stopped:
                 break
-        for voter in voters:  # voters never started (later waves) are pruned too
-            if voter.record.answer is None and voter.record.finish_reason not in ("pruned", "error"):
-                await ctx.prune(voter, "early_stop")
         ctx.votes = tally.as_dict()
         ctx.extra["style"] = style
         winner = tally.leader()
@@ -115,7 +112,7 @@ class Vote(CollaborationOp):
         the other majority voters' reasoning spliced as handles.
         """
         aggregator = await ctx.spawn(spec.agent_names()[0], spec, "aggregator")
-        chat = aggregator.bridge.chat  # type: ignore[attr-defined]
+        chat = aggregator.bridge.chat
         threads = [v.thread for v in majority if v.thread is not None]
         base = chat.close_turn(threads[0]) if threads else None
         parts: list[str | KVHandle] = []
@@ -146,7 +143,7 @@ class Vote(CollaborationOp):
         if config.answer is None:
             return _final_line(first.text)
         # The answer step continues the voter's own handle: its reasoning is a cached prefix.
-        chat = voter.bridge.chat  # type: ignore[attr-defined]
+        chat = voter.bridge.chat
         base = chat.close_turn(first.result.handle)
         cue = f"{ANSWER_CUE} one of: {', '.join(config.answer.choices)}." if config.answer.choices else ANSWER_CUE + ":"
         prompt2 = ctx.prompt(spec, base=base, instructions=cue)

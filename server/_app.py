@@ -289,7 +289,7 @@ def _check_sampling(body: ChatCompletionRequest, limits: ServerLimits) -> None:
 
 async def _compose(bridge: EngineBridge, messages: list[dict[str, str]]) -> KVHandle:
     """The conversation as a handle; long texts are tokenized off the event loop."""
-    chat: Any = bridge.chat  # type: ignore[attr-defined]
+    chat: Any = bridge.chat
     roles = getattr(getattr(chat, "template", None), "roles", None)
     if roles is not None:
         for i, m in enumerate(messages):
@@ -478,7 +478,7 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
     try:
         _check_engine_queue(state, [bridge])
         context = await _compose(bridge, messages)
-        prompt = bridge.chat.generation_prompt(context)  # type: ignore[attr-defined]
+        prompt = bridge.chat.generation_prompt(context)
         limit = _context_limit(bridge)
         max_tokens = _max_tokens(body)
         if max_tokens is None:
@@ -699,7 +699,7 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
             "collaboration.validator.type",
         )
     try:
-        prepare_collaboration(mode, specs, options, max_agents=limits.max_total_agents)
+        prepared = prepare_collaboration(mode, specs, options, max_agents=limits.max_total_agents)
     except InvalidCollaboration as exc:
         field = exc.field if exc.field.startswith(("collaboration", "agents")) else f"collaboration.{exc.field}"
         raise bad_request(f"{field}: {exc.reason}", field) from None
@@ -718,11 +718,11 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
             engines.setdefault(b.model, b)
         if body.stream:
             handed = True
-            return _stream_collaboration(state, bridge, engines, body, mode, context, specs, options, stamp, release)
+            return _stream_collaboration(state, bridge, engines, body, prepared, context, stamp, release)
         try:
             outcome = await _until_disconnect(
                 request,
-                lambda: _run_collaboration(state, bridge, engines, mode, context, specs, options, None),
+                lambda: _run_collaboration(state, bridge, engines, prepared, context, None),
             )
         except _ClientGone:  # counted as cancelled by _run_collaboration
             return Response(status_code=499)
@@ -761,27 +761,17 @@ async def _run_collaboration(
     state: _State,
     bridge: EngineBridge,
     engines: Mapping[str, EngineBridge],
-    mode: str,
+    prepared: Any,
     context: KVHandle,
-    specs: Sequence[Any],
-    options: Mapping[str, Any],
     on_event: Callable[[Any], Awaitable[None] | None] | None,
 ) -> Any:
-    """Run one collaboration and count it; errors come out as ``ApiError``."""
+    """Run one validated collaboration and count it; errors come out as ``ApiError``."""
     from ..actors import CollaborationFailed, InvalidCollaboration, collaborate
 
     metrics = state.metrics
+    mode = prepared.op.name
     try:
-        outcome = await collaborate(
-            bridge,
-            mode,
-            context,
-            specs,
-            engines=engines,
-            on_event=on_event,
-            max_agents=state.limits.max_total_agents,
-            **options,
-        )
+        outcome = await collaborate(bridge, prepared, context, engines=engines, on_event=on_event)
     except InvalidCollaboration as exc:
         metrics.inc("microagent_collaborations_total", mode=mode, status="invalid")
         raise bad_request(f"{exc.field}: {exc.reason}", exc.field) from None
@@ -813,10 +803,8 @@ def _stream_collaboration(
     bridge: EngineBridge,
     engines: Mapping[str, EngineBridge],
     body: ChatCompletionRequest,
-    mode: str,
+    prepared: Any,
     context: KVHandle,
-    specs: Sequence[Any],
-    options: Mapping[str, Any],
     stamp: _Stamp,
     release: Callable[[], None],
 ) -> Response:
@@ -856,7 +844,7 @@ def _stream_collaboration(
 
     async def produce(buf: EventBuffer) -> None:
         try:
-            outcome = await _run_collaboration(state, bridge, engines, mode, context, specs, options, on_event)
+            outcome = await _run_collaboration(state, bridge, engines, prepared, context, on_event)
         except ApiError as exc:
             buf.put(_fixed(exc.body()))
             buf.put(_fixed(DONE))
