@@ -173,7 +173,9 @@ class Actor:
         """The engine bridge, or ``RuntimeError`` when the runtime has none."""
         engine = self.engine
         if engine is None:
-            raise RuntimeError(f"{self.path} needs an engine: Runtime(engine=...) was not given one")
+            raise RuntimeError(
+                f"{self.path} needs an engine: Runtime(engine=...) was not given one"
+            )
         return engine
 
     @property

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Literal, final
 
 import anyio
@@ -28,6 +27,8 @@ from ..mailbox import (
     ReplySlot,
 )
 from ._actor import Actor, Reply
+from ._current import current as _current
+from ._current import current_cell
 from ._errors import ActorFailed, ActorNameTaken, ActorStopped, EscalationError, RuntimeNotRunning
 from ._messages import CANCELLED, NORMAL, RESTART, SHUTDOWN, StopReason, Terminated, is_abnormal
 from ._ref import ActorRef
@@ -43,16 +44,10 @@ from ._supervision import (
 if TYPE_CHECKING:
     from ._runtime import Runtime, _Guardian
 
-_current: ContextVar[_Cell | None] = ContextVar("microagent_current_actor", default=None)
 _BATCH = 64  # messages handled back to back before yielding to other tasks
 
 EndKind = Literal["crash", "self", "external", "restart"]
 _PRIORITY = {"restart": 0, "self": 1, "crash": 2, "external": 3}
-
-
-def current_cell() -> _Cell | None:
-    """The actor whose task is running now (``None`` outside actors)."""
-    return _current.get()
 
 
 @attrs.frozen
@@ -130,7 +125,9 @@ class _Node:
         if end.kind == "external" or child.stopping or self._closing:
             return Directive.STOP
         if end.kind == "restart":
-            return Directive.STOP if child.restart_kind is RestartKind.TEMPORARY else Directive.RESTART
+            return (
+                Directive.STOP if child.restart_kind is RestartKind.TEMPORARY else Directive.RESTART
+            )
         kind = child.restart_kind
         wants = kind is RestartKind.PERMANENT or (
             kind is RestartKind.TRANSIENT and (end.kind == "crash" or is_abnormal(end.reason))
@@ -271,7 +268,9 @@ class _Cell(_Node):
             try:
                 behaviour = self.factory()
                 if not isinstance(behaviour, Actor):
-                    raise TypeError(f"the factory of {self.path} returned {behaviour!r}, not an Actor")
+                    raise TypeError(
+                        f"the factory of {self.path} returned {behaviour!r}, not an Actor"
+                    )
                 behaviour._cell = self
             except Exception as exc:
                 end = _Ended(exc, "crash")
@@ -381,7 +380,9 @@ class _Cell(_Node):
             reply.fail(ActorStopped(self.path, reason))
         self._deferred.clear()
         with anyio.CancelScope(shield=True):
-            await self.stop_children(CANCELLED if reason == CANCELLED else SHUTDOWN, drain=self._drain)
+            await self.stop_children(
+                CANCELLED if reason == CANCELLED else SHUTDOWN, drain=self._drain
+            )
             with anyio.move_on_after(self.runtime.stop_timeout) as bound:
                 try:
                     await behaviour.on_stop(reason)

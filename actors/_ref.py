@@ -14,6 +14,7 @@ from ..mailbox import (
     Undeliverable,
     next_correlation_id,
 )
+from ._current import current_cell
 from ._errors import ActorStopped, AskTimeout
 from ._messages import NORMAL, StopReason
 
@@ -66,8 +67,6 @@ class ActorRef:
         return self._cell.mailbox.stats()
 
     def _sender(self) -> ActorRef | None:
-        from ._cell import current_cell
-
         cell = current_cell()
         return None if cell is None else cell.ref
 
@@ -152,8 +151,6 @@ class ActorRef:
             The reason it terminated with. Called by the actor on itself, it
             returns at once and the actor stops after the current message.
         """
-        from ._cell import current_cell
-
         cell = self._cell
         cell.request_stop(reason, drain=drain)
         if current_cell() is cell:

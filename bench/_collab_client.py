@@ -44,33 +44,50 @@ class Caller:
             extra["structured_outputs"] = {"choice": choices}
         t0 = time.monotonic()
         resp = await self.client.chat.completions.create(
-            model=self.model, messages=messages, max_tokens=max_tokens,
-            temperature=temperature, top_p=1.0, extra_body=extra or None,
+            model=self.model,
+            messages=messages,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=1.0,
+            extra_body=extra or None,
         )
         t1 = time.monotonic()
         usage = resp.usage
-        self.requests.append({
-            "submitted": t0, "first_token": None, "finished": t1,
-            "prompt_tokens": usage.prompt_tokens if usage else 0,
-            "completion_tokens": usage.completion_tokens if usage else 0,
-        })
+        self.requests.append(
+            {
+                "submitted": t0,
+                "first_token": None,
+                "finished": t1,
+                "prompt_tokens": usage.prompt_tokens if usage else 0,
+                "completion_tokens": usage.completion_tokens if usage else 0,
+            }
+        )
         return str(resp.choices[0].message.content or "")
 
 
 Call = Callable[..., Awaitable[str]]
 
 
-async def vote(call: Call, ctx: str, n: int, choices: list[str], style: str, cfg: dict[str, Any]) -> dict[str, Any]:
+async def vote(
+    call: Call, ctx: str, n: int, choices: list[str], style: str, cfg: dict[str, Any]
+) -> dict[str, Any]:
     """n voters, every one to the end, then the majority (microagent's tie rule)."""
     instr = P.vote_instructions(choices, style)
     base = [*P.context(ctx), P.user(instr)]
 
     async def one() -> str:
         if style == "direct":
-            return await call(base, max_tokens=cfg["answer_tokens"], temperature=cfg["temperature"], choices=choices)
+            return await call(
+                base,
+                max_tokens=cfg["answer_tokens"],
+                temperature=cfg["temperature"],
+                choices=choices,
+            )
         reasoning = await call(base, max_tokens=cfg["max_tokens"], temperature=cfg["temperature"])
         msgs = [*base, P.assistant(reasoning), P.user(P.answer_cue(choices))]
-        return await call(msgs, max_tokens=cfg["answer_tokens"], temperature=cfg["temperature"], choices=choices)
+        return await call(
+            msgs, max_tokens=cfg["answer_tokens"], temperature=cfg["temperature"], choices=choices
+        )
 
     outs = await asyncio.gather(*(one() for _ in range(n)))
     answers = [extract_choice(o, choices) for o in outs]
@@ -86,17 +103,30 @@ def debate_round2(ctx: str, own: str, others: list[tuple[str, str]]) -> list[P.M
     return [*debate_round1(ctx), P.assistant(own), P.user(P.spliced(parts, P.DEBATE_PROMPT))]
 
 
-async def debate(call: Call, ctx: str, agents: int, rounds: int, choices: list[str], cfg: dict[str, Any]) -> dict[str, Any]:
+async def debate(
+    call: Call, ctx: str, agents: int, rounds: int, choices: list[str], cfg: dict[str, Any]
+) -> dict[str, Any]:
     """Every agent answers, then answers again having read the others' answers (no early stop)."""
     names = [f"debater-{i}" for i in range(1, agents + 1)]
     kw = {"max_tokens": cfg["max_tokens"], "temperature": cfg["temperature"]}
-    latest = dict(zip(names, await asyncio.gather(*(call(debate_round1(ctx), **kw) for _ in names)), strict=True))
+    latest = dict(
+        zip(
+            names,
+            await asyncio.gather(*(call(debate_round1(ctx), **kw) for _ in names)),
+            strict=True,
+        )
+    )
     for _ in range(2, rounds + 1):
         prev = dict(latest)
-        outs = await asyncio.gather(*(
-            call(debate_round2(ctx, prev[n], [(o, prev[o]) for o in sorted(prev) if o != n]), **kw)
-            for n in names
-        ))
+        outs = await asyncio.gather(
+            *(
+                call(
+                    debate_round2(ctx, prev[n], [(o, prev[o]) for o in sorted(prev) if o != n]),
+                    **kw,
+                )
+                for n in names
+            )
+        )
         latest = dict(zip(names, outs, strict=True))
     answers = [extract_choice(latest[n], choices) for n in names]
     return {"answer": majority(answers, choices), "answers": answers}
@@ -104,15 +134,24 @@ async def debate(call: Call, ctx: str, agents: int, rounds: int, choices: list[s
 
 def aggregate_prompt(ctx: str, proposals: list[str]) -> list[P.Message]:
     parts = [(f"\nProposal from proposer-{i}: ", p) for i, p in enumerate(proposals[1:], 2)]
-    return [*P.context(ctx), P.assistant(proposals[0]), P.user(P.spliced(parts, "\n" + P.AGGREGATE_PROMPT))]
+    return [
+        *P.context(ctx),
+        P.assistant(proposals[0]),
+        P.user(P.spliced(parts, "\n" + P.AGGREGATE_PROMPT)),
+    ]
 
 
 async def aggregate(call: Call, ctx: str, proposers: int, cfg: dict[str, Any]) -> dict[str, Any]:
     """N proposals in parallel, then one aggregator (greedy) reading them as text."""
-    props = await asyncio.gather(*(
-        call(P.context(ctx), max_tokens=cfg["max_tokens"], temperature=cfg["temperature"]) for _ in range(proposers)
-    ))
-    final = await call(aggregate_prompt(ctx, list(props)), max_tokens=cfg["max_tokens"], temperature=0.0)
+    props = await asyncio.gather(
+        *(
+            call(P.context(ctx), max_tokens=cfg["max_tokens"], temperature=cfg["temperature"])
+            for _ in range(proposers)
+        )
+    )
+    final = await call(
+        aggregate_prompt(ctx, list(props)), max_tokens=cfg["max_tokens"], temperature=0.0
+    )
     return {"answer": P.clean(final)}
 
 
@@ -130,7 +169,9 @@ def format_validator(choices: list[str]) -> Callable[[str], str | None]:
     return validate
 
 
-async def reflect(call: Call, ctx: str, rounds: int, choices: list[str], cfg: dict[str, Any]) -> dict[str, Any]:
+async def reflect(
+    call: Call, ctx: str, rounds: int, choices: list[str], cfg: dict[str, Any]
+) -> dict[str, Any]:
     """Draft, validate, critique, revise (microagent's reflect control flow, as client code)."""
     validate = format_validator(choices)
     kw = {"max_tokens": cfg["max_tokens"], "temperature": cfg["temperature"]}
@@ -140,7 +181,11 @@ async def reflect(call: Call, ctx: str, rounds: int, choices: list[str], cfg: di
         error = validate(draft)
         if error is None:
             break
-        thread = [*thread, P.assistant(draft), P.user(f"A validator rejected the answer: {error}\n{P.CRITIC_PROMPT}")]
+        thread = [
+            *thread,
+            P.assistant(draft),
+            P.user(f"A validator rejected the answer: {error}\n{P.CRITIC_PROMPT}"),
+        ]
         critique = await call(thread, max_tokens=cfg["max_tokens"], temperature=0.0)
         if r == rounds:
             break
@@ -149,7 +194,9 @@ async def reflect(call: Call, ctx: str, rounds: int, choices: list[str], cfg: di
     return {"answer": P.clean(draft), "valid": validate(draft) is None}
 
 
-async def run_workload(caller: Caller, workload: dict[str, Any], ctx: str, choices: list[str]) -> dict[str, Any]:
+async def run_workload(
+    caller: Caller, workload: dict[str, Any], ctx: str, choices: list[str]
+) -> dict[str, Any]:
     """Run one workload (a dict from ``collab.WORKLOADS``) with plain client code."""
     kind, cfg = workload["kind"], workload
     call = caller.call

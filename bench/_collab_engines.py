@@ -52,9 +52,11 @@ class RecordingBridge(VLLMBridge):  # type: ignore[misc]
 def make_bridge() -> RecordingBridge:
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = SETTINGS["kv_cache_gib"]
     return RecordingBridge(
-        "default", served_name=SERVED_NAME,
+        "default",
+        served_name=SERVED_NAME,
         max_num_batched_tokens=SETTINGS["max_num_batched_tokens"],
-        max_num_seqs=SETTINGS["max_num_seqs"], max_model_len=SETTINGS["max_model_len"],
+        max_num_seqs=SETTINGS["max_num_seqs"],
+        max_model_len=SETTINGS["max_model_len"],
         progress=False,
     )
 
@@ -69,28 +71,53 @@ class Server:
         self.base_url = f"http://127.0.0.1:{port}/v1"
         self.start_seconds = 0.0
         cmd = [
-            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(model_dir), "--served-model-name", SERVED_NAME,
-            "--host", "127.0.0.1", "--port", str(port),
-            "--max-num-batched-tokens", str(SETTINGS["max_num_batched_tokens"]),
-            "--max-num-seqs", str(SETTINGS["max_num_seqs"]),
-            "--max-model-len", str(SETTINGS["max_model_len"]),
-            "--dtype", "bfloat16", "--enforce-eager", "--gpu-memory-utilization", "0.5",
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model_dir),
+            "--served-model-name",
+            SERVED_NAME,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-num-batched-tokens",
+            str(SETTINGS["max_num_batched_tokens"]),
+            "--max-num-seqs",
+            str(SETTINGS["max_num_seqs"]),
+            "--max-model-len",
+            str(SETTINGS["max_model_len"]),
+            "--dtype",
+            "bfloat16",
+            "--enforce-eager",
+            "--gpu-memory-utilization",
+            "0.5",
         ]
         cmd.append("--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching")
-        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=SETTINGS["kv_cache_gib"], VLLM_SERVER_DEV_MODE="1")
+        env = dict(
+            os.environ, VLLM_CPU_KVCACHE_SPACE=SETTINGS["kv_cache_gib"], VLLM_SERVER_DEV_MODE="1"
+        )
         self._t0 = time.monotonic()
         self._log_file = open(log, "w")  # noqa: SIM115 - closed in stop()
         # the bench's own directory must not shadow anything in the server
         # its own process group: stop() ends the server and its EngineCore child together
-        self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT, env=env, cwd="/",
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd="/",
+            start_new_session=True,
+        )
 
     def wait_healthy(self, timeout: float = 600.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM server exited with {self.proc.returncode}; see {self.log}")
+                raise RuntimeError(
+                    f"vLLM server exited with {self.proc.returncode}; see {self.log}"
+                )
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
                     if r.status == 200:
@@ -106,7 +133,9 @@ class Server:
             return parse_metrics(r.read().decode())
 
     def reset_prefix_cache(self) -> None:
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/reset_prefix_cache", method="POST")
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/reset_prefix_cache", method="POST"
+        )
         with contextlib.suppress(OSError):  # contexts differ per repetition anyway
             urllib.request.urlopen(req, timeout=10).close()
 
@@ -126,11 +155,15 @@ class Server:
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+([-+\deE.naNinf]+)$")
 METRICS = (
-    "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-    "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total",
     "vllm:prompt_tokens_cached_total",
-    "vllm:request_prefill_time_seconds_sum", "vllm:request_decode_time_seconds_sum",
-    "vllm:request_queue_time_seconds_sum", "vllm:request_success_total",
+    "vllm:request_prefill_time_seconds_sum",
+    "vllm:request_decode_time_seconds_sum",
+    "vllm:request_queue_time_seconds_sum",
+    "vllm:request_success_total",
 )
 
 

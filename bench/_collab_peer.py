@@ -46,12 +46,17 @@ def build(workload: dict[str, Any], ctx: str, choices: list[str], caller: C.Call
         def voter(name: str) -> Any:
             async def node(state: State) -> State:
                 if style == "direct":
-                    out = await caller.call(base, max_tokens=cfg["answer_tokens"], temperature=temp, choices=choices)
+                    out = await caller.call(
+                        base, max_tokens=cfg["answer_tokens"], temperature=temp, choices=choices
+                    )
                 else:
                     reasoning = await caller.call(base, max_tokens=mt, temperature=temp)
                     msgs = [*base, P.assistant(reasoning), P.user(P.answer_cue(choices))]
-                    out = await caller.call(msgs, max_tokens=cfg["answer_tokens"], temperature=temp, choices=choices)
+                    out = await caller.call(
+                        msgs, max_tokens=cfg["answer_tokens"], temperature=temp, choices=choices
+                    )
                 return {"outputs": [(name, out)]}
+
             return node
 
         def tally(state: State) -> State:
@@ -69,20 +74,35 @@ def build(workload: dict[str, Any], ctx: str, choices: list[str], caller: C.Call
 
         def first(name: str) -> Any:
             async def node(state: State) -> State:
-                return {"outputs": [(name, await caller.call(C.debate_round1(ctx), max_tokens=mt, temperature=temp))]}
+                return {
+                    "outputs": [
+                        (
+                            name,
+                            await caller.call(
+                                C.debate_round1(ctx), max_tokens=mt, temperature=temp
+                            ),
+                        )
+                    ]
+                }
+
             return node
 
         def second(name: str) -> Any:
             async def node(state: State) -> State:
                 prev = dict(state["outputs"])
                 others = [(o, prev[o]) for o in sorted(prev) if o != name]
-                out = await caller.call(C.debate_round2(ctx, prev[name], others), max_tokens=mt, temperature=temp)
+                out = await caller.call(
+                    C.debate_round2(ctx, prev[name], others), max_tokens=mt, temperature=temp
+                )
                 return {"round2": [(name, out)]}
+
             return node
 
         def judge(state: State) -> State:
             latest = dict(state["round2"])
-            return {"answer": majority([extract_choice(latest[n], choices) for n in names], choices)}
+            return {
+                "answer": majority([extract_choice(latest[n], choices) for n in names], choices)
+            }
 
         g.add_node("judge", judge)
         for n in names:
@@ -94,14 +114,25 @@ def build(workload: dict[str, Any], ctx: str, choices: list[str], caller: C.Call
             g.add_edge([f"r1-{m}" for m in names], f"r2-{n}")
         g.add_edge("judge", END)
     elif kind == "aggregate":
+
         def proposer(i: int) -> Any:
             async def node(state: State) -> State:
-                return {"outputs": [(f"proposer-{i}", await caller.call(P.context(ctx), max_tokens=mt, temperature=temp))]}
+                return {
+                    "outputs": [
+                        (
+                            f"proposer-{i}",
+                            await caller.call(P.context(ctx), max_tokens=mt, temperature=temp),
+                        )
+                    ]
+                }
+
             return node
 
         async def aggregator(state: State) -> State:
             props = [t for _, t in sorted(state["outputs"])]
-            final = await caller.call(C.aggregate_prompt(ctx, props), max_tokens=mt, temperature=0.0)
+            final = await caller.call(
+                C.aggregate_prompt(ctx, props), max_tokens=mt, temperature=0.0
+            )
             return {"answer": P.clean(final)}
 
         g.add_node("aggregator", aggregator)
@@ -119,15 +150,23 @@ def build(workload: dict[str, Any], ctx: str, choices: list[str], caller: C.Call
             return {"thread": thread, "draft": out, "round": 1, "error": validate(out)}
 
         async def critique(state: State) -> State:
-            thread = [*state["thread"], P.assistant(state["draft"]),
-                      P.user(f"A validator rejected the answer: {state['error']}\n{P.CRITIC_PROMPT}")]
+            thread = [
+                *state["thread"],
+                P.assistant(state["draft"]),
+                P.user(f"A validator rejected the answer: {state['error']}\n{P.CRITIC_PROMPT}"),
+            ]
             out = await caller.call(thread, max_tokens=mt, temperature=0.0)
             return {"thread": [*thread, P.assistant(out)]}
 
         async def revise(state: State) -> State:
             thread = [*state["thread"], P.user(P.REVISE_PROMPT)]
             out = await caller.call(thread, max_tokens=mt, temperature=temp)
-            return {"thread": thread, "draft": out, "round": state["round"] + 1, "error": validate(out)}
+            return {
+                "thread": thread,
+                "draft": out,
+                "round": state["round"] + 1,
+                "error": validate(out),
+            }
 
         def after_validation(state: State) -> str:
             return END if state["error"] is None else "critique"
@@ -165,7 +204,13 @@ async def main(job: dict[str, Any]) -> dict[str, Any]:
 
         version = _v("langgraph")
     answer = state.get("answer") or P.clean(state.get("draft", ""))
-    return {"wall": wall, "answer": answer, "requests": caller.requests, "t0": t0, "langgraph": version}
+    return {
+        "wall": wall,
+        "answer": answer,
+        "requests": caller.requests,
+        "t0": t0,
+        "langgraph": version,
+    }
 
 
 if __name__ == "__main__":

@@ -7,9 +7,22 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-SYSTEM_ORDER = ["microagent", "microagent-wave3", "microagent-full", "client", "client-nocache", "langgraph"]
-COLORS = {"microagent": "#1b7837", "microagent-wave3": "#5aae61", "microagent-full": "#7fbf7b", "client": "#2166ac",
-          "client-nocache": "#b2182b", "langgraph": "#e08214"}
+SYSTEM_ORDER = [
+    "microagent",
+    "microagent-wave3",
+    "microagent-full",
+    "client",
+    "client-nocache",
+    "langgraph",
+]
+COLORS = {
+    "microagent": "#1b7837",
+    "microagent-wave3": "#5aae61",
+    "microagent-full": "#7fbf7b",
+    "client": "#2166ac",
+    "client-nocache": "#b2182b",
+    "langgraph": "#e08214",
+}
 
 
 def _med(values: list[float]) -> float:
@@ -21,14 +34,22 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in data["runs"]:
         groups[(r["workload"], r["system"])].append(r)
-    full_answer = {(r["workload"], r["rep"]): r["answer"] for r in data["runs"] if r["system"] == "microagent-full"}
+    full_answer = {
+        (r["workload"], r["rep"]): r["answer"]
+        for r in data["runs"]
+        if r["system"] == "microagent-full"
+    }
     cells: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     for (w, s), rs in groups.items():
         computed = [r["prompt_tokens"] - r["cached_tokens"] for r in rs]
-        agree = [r["answer"] == full_answer[(w, r["rep"])] for r in rs if (w, r["rep"]) in full_answer]
+        agree = [
+            r["answer"] == full_answer[(w, r["rep"])] for r in rs if (w, r["rep"]) in full_answer
+        ]
         cell: dict[str, Any] = {
-            "n": len(rs), "wall": _med([r["wall"] for r in rs]),
-            "wall_min": min(r["wall"] for r in rs), "wall_max": max(r["wall"] for r in rs),
+            "n": len(rs),
+            "wall": _med([r["wall"] for r in rs]),
+            "wall_min": min(r["wall"] for r in rs),
+            "wall_max": max(r["wall"] for r in rs),
             "prompt_tokens": _med([r["prompt_tokens"] for r in rs]),
             "cached_tokens": _med([r["cached_tokens"] for r in rs]),
             "computed": _med(computed),
@@ -41,7 +62,9 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
         }
         if s.startswith("microagent"):
             cell["ideal"] = _med([r["ideal"] for r in rs])
-            cell["ideal_ratio"] = _med([(r["prompt_tokens"] - r["cached_tokens"]) / r["ideal"] for r in rs if r["ideal"]])
+            cell["ideal_ratio"] = _med(
+                [(r["prompt_tokens"] - r["cached_tokens"]) / r["ideal"] for r in rs if r["ideal"]]
+            )
             cell["context_tokens"] = _med([r["context_tokens"] for r in rs])
             cell["saved_estimate"] = _med([r["usage"]["saved_completion_tokens"] for r in rs])
             cell["early_stopped"] = sum(bool(r["early_stopped"]) for r in rs)
@@ -70,33 +93,69 @@ def targets(cells: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]
     ratios = [(w, c["microagent"]["ideal_ratio"]) for w, c in cells.items() if "microagent" in c]
     if ratios:
         worst = max(ratios, key=lambda x: x[1])
-        out.append({"target": "microagent computed prompt tokens <= 1.1 x ideal", "measured": dict(ratios),
-                    "worst": worst[1], "met": worst[1] <= 1.1})
+        out.append(
+            {
+                "target": "microagent computed prompt tokens <= 1.1 x ideal",
+                "measured": dict(ratios),
+                "worst": worst[1],
+                "met": worst[1] <= 1.1,
+            }
+        )
     v5 = cells.get("vote5-direct", {})
     if "microagent" in v5 and "client-nocache" in v5:
         factor = v5["client-nocache"]["computed"] / max(1.0, v5["microagent"]["computed"])
-        out.append({"target": ">= 3x fewer computed prompt tokens than client without caching (vote-5)",
-                    "measured": factor, "met": factor >= 3})
+        out.append(
+            {
+                "target": ">= 3x fewer computed prompt tokens than client without caching (vote-5)",
+                "measured": factor,
+                "met": factor >= 3,
+            }
+        )
     for w in ("vote9-reason", "debate3x2"):
         c = cells.get(w, {})
         if "microagent" in c and "client" in c:
             ratio = c["microagent"]["wall"] / c["client"]["wall"]
-            out.append({"target": f"wall time <= 0.7 x client with caching ({w})", "measured": ratio, "met": ratio <= 0.7})
+            out.append(
+                {
+                    "target": f"wall time <= 0.7 x client with caching ({w})",
+                    "measured": ratio,
+                    "met": ratio <= 0.7,
+                }
+            )
     v9 = cells.get("vote9-reason", {})
     if "microagent" in v9 and "microagent-full" in v9:
-        full, early = v9["microagent-full"]["completion_tokens"], v9["microagent"]["completion_tokens"]
+        full, early = (
+            v9["microagent-full"]["completion_tokens"],
+            v9["microagent"]["completion_tokens"],
+        )
         saved = 1 - early / full if full else 0.0
         agree = v9["microagent"]["agreement"]
-        out.append({"target": "early stop saves >= 30% completion tokens (vote9-reason), answers unchanged",
-                    "measured": saved, "agreement": agree,
-                    "wall_effect": v9["microagent"]["wall"] / v9["microagent-full"]["wall"],
-                    "met": saved >= 0.3})
+        out.append(
+            {
+                "target": (
+                    "early stop saves >= 30% completion tokens (vote9-reason), answers unchanged"
+                ),
+                "measured": saved,
+                "agreement": agree,
+                "wall_effect": v9["microagent"]["wall"] / v9["microagent-full"]["wall"],
+                "met": saved >= 0.3,
+            }
+        )
         if "microagent-wave3" in v9:
             w3 = v9["microagent-wave3"]
             saved3 = 1 - w3["completion_tokens"] / full if full else 0.0
-            out.append({"target": "early stop, voters in waves of 3, saves >= 30% completion tokens (vote9-reason)",
-                        "measured": saved3, "agreement": w3["agreement"],
-                        "wall_effect": w3["wall"] / v9["microagent-full"]["wall"], "met": saved3 >= 0.3})
+            out.append(
+                {
+                    "target": (
+                        "early stop, voters in waves of 3, saves >= 30% completion tokens "
+                        "(vote9-reason)"
+                    ),
+                    "measured": saved3,
+                    "agreement": w3["agreement"],
+                    "wall_effect": w3["wall"] / v9["microagent-full"]["wall"],
+                    "met": saved3 >= 0.3,
+                }
+            )
     return out
 
 
@@ -107,34 +166,59 @@ def _systems(row: dict[str, Any]) -> list[str]:
 def tables(data: dict[str, Any], summary: dict[str, Any]) -> str:
     """Markdown tables of a run (the measured numbers only)."""
     cells = summary["cells"]
-    lines = ["### Wall time and tokens (medians over repetitions)", "",
-             "| workload | system | runs | wall s (min–max) | × client (per-rep) | prompt tok | cached | computed | ideal | completion | requests | agrees w/ full vote |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "### Wall time and tokens (medians over repetitions)",
+        "",
+        "| workload | system | runs | wall s (min–max) | × client (per-rep) | prompt tok | cached "
+        "| computed | ideal | completion | requests | agrees w/ full vote |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for w, row in cells.items():
         for s in _systems(row):
             c = row[s]
             ag = f"{c['agreement'][0]}/{c['agreement'][1]}" if c["agreement"] else "–"
             ideal = f"{c['ideal']:.0f} ({c['ideal_ratio']:.2f}×)" if "ideal" in c else "–"
             ratio = f"{c.get('wall_ratio_per_rep', float('nan')):.2f}"
-            lines.append(f"| {w} | {s} | {c['n']} | {c['wall']:.2f} ({c['wall_min']:.2f}–{c['wall_max']:.2f}) | {ratio} | "
-                         f"{c['prompt_tokens']:.0f} | {c['cached_tokens']:.0f} | {c['computed']:.0f} | {ideal} | "
-                         f"{c['completion_tokens']:.0f} | {c['requests']:.0f} | {ag} |")
-    lines += ["", "### Where the time goes (medians, seconds)", "",
-              "Σ queue+prefill and Σ decode are summed over requests (they overlap in time); "
-              "'no request in flight' is wall time during which the orchestrating code had no engine request "
-              "outstanding (Python, HTTP, graph bookkeeping).", "",
-              "| workload | system | wall | Σ queue+prefill | Σ decode | no request in flight |", "|---|---|---|---|---|---|"]
+            lines.append(
+                f"| {w} | {s} | {c['n']} | {c['wall']:.2f} "
+                f"({c['wall_min']:.2f}–{c['wall_max']:.2f}) | {ratio} | "
+                f"{c['prompt_tokens']:.0f} | {c['cached_tokens']:.0f} | "
+                f"{c['computed']:.0f} | {ideal} | "
+                f"{c['completion_tokens']:.0f} | {c['requests']:.0f} | {ag} |"
+            )
+    lines += [
+        "",
+        "### Where the time goes (medians, seconds)",
+        "",
+        "Σ queue+prefill and Σ decode are summed over requests (they overlap in time); "
+        "'no request in flight' is wall time during which the orchestrating code had "
+        "no engine request "
+        "outstanding (Python, HTTP, graph bookkeeping).",
+        "",
+        "| workload | system | wall | Σ queue+prefill | Σ decode | no request in flight |",
+        "|---|---|---|---|---|---|",
+    ]
     for w, row in cells.items():
         for s in _systems(row):
             c = row[s]
-            lines.append(f"| {w} | {s} | {c['wall']:.2f} | {c['sum_prefill_s']:.2f} | {c['sum_decode_s']:.2f} | {c['orchestration_s']:.2f} |")
+            lines.append(
+                f"| {w} | {s} | {c['wall']:.2f} | {c['sum_prefill_s']:.2f} | "
+                f"{c['sum_decode_s']:.2f} | {c['orchestration_s']:.2f} |"
+            )
     if data.get("accuracy") and data.get("items"):
         chance = f"; chance level {data['chance']:.3f}" if data.get("chance") else ""
-        lines += ["", f"### Accuracy ({data['items']} items, 95 % Wilson intervals{chance})", "",
-                  "| method | correct | accuracy | 95 % CI | completion tokens / question |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"### Accuracy ({data['items']} items, 95 % Wilson intervals{chance})",
+            "",
+            "| method | correct | accuracy | 95 % CI | completion tokens / question |",
+            "|---|---|---|---|---|",
+        ]
         for m in data["accuracy"]:
-            lines.append(f"| {m['method']} | {m['correct']}/{m['n']} | {m['accuracy']:.3f} | "
-                         f"{m['ci'][0]:.3f}–{m['ci'][1]:.3f} | {m['completion_tokens']:.0f} |")
+            lines.append(
+                f"| {m['method']} | {m['correct']}/{m['n']} | {m['accuracy']:.3f} | "
+                f"{m['ci'][0]:.3f}–{m['ci'][1]:.3f} | {m['completion_tokens']:.0f} |"
+            )
     lines += ["", "### Targets", "", "| target | measured | met |", "|---|---|---|"]
     for t in summary["targets"]:
         m = t["measured"]
@@ -142,7 +226,10 @@ def tables(data: dict[str, Any], summary: dict[str, Any]) -> str:
             shown = ", ".join(f"{k} {v:.2f}×" for k, v in m.items())
         elif "saves" in t["target"]:
             ag = t["agreement"]
-            shown = f"{m:.1%} saved; answers agree {ag[0]}/{ag[1]}; wall {t['wall_effect']:.2f}× the full vote"
+            shown = (
+                f"{m:.1%} saved; answers agree {ag[0]}/{ag[1]}; "
+                f"wall {t['wall_effect']:.2f}× the full vote"
+            )
         else:
             shown = f"{m:.2f}×"
         lines.append(f"| {t['target']} | {shown} | {'yes' if t['met'] else 'no'} |")
@@ -175,22 +262,41 @@ def plots(data: dict[str, Any], summary: dict[str, Any], out_dir: Path, stem: st
                     ys.append(c[metric])
                     lo.append(c[metric] - c.get("wall_min", c[metric]) if metric == "wall" else 0)
                     hi.append(c.get("wall_max", c[metric]) - c[metric] if metric == "wall" else 0)
-            ax.bar(xs, ys, width, label=s, color=COLORS[s],
-                   yerr=[lo, hi] if metric == "wall" else None, capsize=2)
+            ax.bar(
+                xs,
+                ys,
+                width,
+                label=s,
+                color=COLORS[s],
+                yerr=[lo, hi] if metric == "wall" else None,
+                capsize=2,
+            )
         if metric == "computed":
             for j, w in enumerate(workloads):
                 ideal = cells[w].get("microagent", {}).get("ideal")
                 if ideal:
-                    label: dict[str, Any] = {"label": "ideal (context once + suffixes)"} if j == 0 else {}
+                    label: dict[str, Any] = (
+                        {"label": "ideal (context once + suffixes)"} if j == 0 else {}
+                    )
                     ax.hlines(ideal, j - 0.4, j + 0.4, colors="black", linestyles="dashed", **label)
-        top = max((cells[w][s].get("wall_max", cells[w][s][metric]) if metric == "wall" else cells[w][s][metric])
-                  for w in workloads for s in cells[w])
+        top = max(
+            (
+                cells[w][s].get("wall_max", cells[w][s][metric])
+                if metric == "wall"
+                else cells[w][s][metric]
+            )
+            for w in workloads
+            for s in cells[w]
+        )
         ax.set_ylim(0, top * 1.3)  # headroom: the legend sits above the bars
         ax.set_xticks(range(len(workloads)), workloads, fontsize=8)
         ax.set_ylabel(ylabel)
         mode = "quick mode, " if data.get("quick") else ""
-        ax.set_title(f"{'Wall time' if metric == 'wall' else 'Prefill work'} per system per workload "
-                     f"({mode}SmolLM2-135M, {data['machine']['nproc']}-core CPU)", fontsize=10)
+        ax.set_title(
+            f"{'Wall time' if metric == 'wall' else 'Prefill work'} per system per workload "
+            f"({mode}SmolLM2-135M, {data['machine']['nproc']}-core CPU)",
+            fontsize=10,
+        )
         ax.legend(fontsize=7, ncol=3)
         ax.grid(axis="y", alpha=0.3)
         fig.tight_layout()
@@ -202,9 +308,18 @@ def plots(data: dict[str, Any], summary: dict[str, Any], out_dir: Path, stem: st
         fig, ax = plt.subplots(figsize=(6, 4), dpi=90)
         for m in data["accuracy"]:
             x, y = m["completion_tokens"], m["accuracy"]
-            ax.errorbar([x], [y], yerr=[[y - m["ci"][0]], [m["ci"][1] - y]], fmt="o", capsize=3, label=m["method"])
+            ax.errorbar(
+                [x],
+                [y],
+                yerr=[[y - m["ci"][0]], [m["ci"][1] - y]],
+                fmt="o",
+                capsize=3,
+                label=m["method"],
+            )
         if data.get("chance"):
-            ax.axhline(data["chance"], color="gray", linestyle=":", label=f"chance ({data['chance']:.2f})")
+            ax.axhline(
+                data["chance"], color="gray", linestyle=":", label=f"chance ({data['chance']:.2f})"
+            )
         ax.set_xlabel("completion tokens per question (mean)")
         ax.set_ylabel("accuracy (95 % Wilson CI)")
         ax.set_ylim(0, 1)

@@ -17,25 +17,67 @@ from dataclasses import dataclass
 BLOCK = 128  # vLLM's KV block size on CPU
 
 _CAPITALS = {
-    "France": "Paris", "Italy": "Rome", "Spain": "Madrid", "Germany": "Berlin",
-    "Japan": "Tokyo", "Egypt": "Cairo", "Russia": "Moscow", "England": "London",
-    "Greece": "Athens", "Portugal": "Lisbon", "Austria": "Vienna", "Ireland": "Dublin",
-    "Norway": "Oslo", "Sweden": "Stockholm", "Poland": "Warsaw", "China": "Beijing",
-    "Canada": "Ottawa", "Peru": "Lima", "Kenya": "Nairobi", "Cuba": "Havana",
+    "France": "Paris",
+    "Italy": "Rome",
+    "Spain": "Madrid",
+    "Germany": "Berlin",
+    "Japan": "Tokyo",
+    "Egypt": "Cairo",
+    "Russia": "Moscow",
+    "England": "London",
+    "Greece": "Athens",
+    "Portugal": "Lisbon",
+    "Austria": "Vienna",
+    "Ireland": "Dublin",
+    "Norway": "Oslo",
+    "Sweden": "Stockholm",
+    "Poland": "Warsaw",
+    "China": "Beijing",
+    "Canada": "Ottawa",
+    "Peru": "Lima",
+    "Kenya": "Nairobi",
+    "Cuba": "Havana",
 }
 _OPPOSITES = {
-    "hot": "cold", "big": "small", "up": "down", "day": "night", "fast": "slow",
-    "happy": "sad", "open": "closed", "light": "dark", "early": "late", "full": "empty",
-    "old": "new", "wet": "dry", "hard": "soft", "loud": "quiet", "rich": "poor",
+    "hot": "cold",
+    "big": "small",
+    "up": "down",
+    "day": "night",
+    "fast": "slow",
+    "happy": "sad",
+    "open": "closed",
+    "light": "dark",
+    "early": "late",
+    "full": "empty",
+    "old": "new",
+    "wet": "dry",
+    "hard": "soft",
+    "loud": "quiet",
+    "rich": "poor",
 }
 _SOUNDS = {
-    "dog": "bark", "cat": "meow", "cow": "moo", "duck": "quack", "sheep": "baa",
-    "lion": "roar", "snake": "hiss", "bee": "buzz", "owl": "hoot", "horse": "neigh",
+    "dog": "bark",
+    "cat": "meow",
+    "cow": "moo",
+    "duck": "quack",
+    "sheep": "baa",
+    "lion": "roar",
+    "snake": "hiss",
+    "bee": "buzz",
+    "owl": "hoot",
+    "horse": "neigh",
 }
 _COLORS = {
-    "grass": "green", "the sky on a clear day": "blue", "snow": "white", "coal": "black",
-    "a ripe banana": "yellow", "a ripe tomato": "red", "an orange": "orange",
-    "a lemon": "yellow", "milk": "white", "a strawberry": "red",
+    "grass": "green",
+    "the sky on a clear day": "blue",
+    "snow": "white",
+    "coal": "black",
+    "a ripe banana": "yellow",
+    "a ripe tomato": "red",
+    "an orange": "orange",
+    "a lemon": "yellow",
+    "milk": "white",
+    "a strawberry": "red",
 }
 
 
@@ -88,7 +130,11 @@ def _fact(rng: random.Random) -> tuple[str, str, tuple[str, ...]]:
     if kind == 1:
         word = rng.choice(sorted(_OPPOSITES))
         ans = _OPPOSITES[word]
-        return f"What is the opposite of '{word}'?", ans, _mc(rng, ans, list(_OPPOSITES.values()), 4)
+        return (
+            f"What is the opposite of '{word}'?",
+            ans,
+            _mc(rng, ans, list(_OPPOSITES.values()), 4),
+        )
     if kind == 2:
         animal = rng.choice(sorted(_SOUNDS))
         ans = _SOUNDS[animal]
@@ -194,7 +240,9 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def ideal_prefill(requests: Sequence[tuple[Sequence[int], Sequence[int]]], block: int = BLOCK) -> int:
+def ideal_prefill(
+    requests: Sequence[tuple[Sequence[int], Sequence[int]]], block: int = BLOCK
+) -> int:
     """Prompt tokens an ideal engine computes for these requests, in submission order.
 
     Each request is (prompt ids, output ids). A prompt is served from cache up
@@ -224,7 +272,9 @@ def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-def time_split(intervals: Sequence[tuple[float, float | None, float]], start: float, end: float) -> dict[str, float]:
+def time_split(
+    intervals: Sequence[tuple[float, float | None, float]], start: float, end: float
+) -> dict[str, float]:
     """Partition a run's wall time by what the engine requests were doing.
 
     ``intervals`` are (submitted, first token or None, finished) per request.

@@ -43,7 +43,11 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     def at(q: float) -> float:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
-    return {"p50_us": at(0.50) * 1e6, "p99_us": at(0.99) * 1e6, "mean_us": statistics.fmean(ordered) * 1e6}
+    return {
+        "p50_us": at(0.50) * 1e6,
+        "p99_us": at(0.99) * 1e6,
+        "mean_us": statistics.fmean(ordered) * 1e6,
+    }
 
 
 # -- microagent and the raw stream (in this interpreter) ------------------------------------
@@ -117,7 +121,9 @@ async def microagent_actors(tells: int, asks: int) -> dict[str, Any]:
     return {"tell_msgs_per_s": tells / elapsed, **percentiles(latencies)}
 
 
-def run_anyio(fn: Callable[[int, int], Awaitable[dict[str, Any]]], backend: str, tells: int, asks: int) -> dict[str, Any]:
+def run_anyio(
+    fn: Callable[[int, int], Awaitable[dict[str, Any]]], backend: str, tells: int, asks: int
+) -> dict[str, Any]:
     import anyio
 
     if backend == "uvloop":
@@ -217,7 +223,15 @@ def ensure_autogen_venv() -> Path:
 def run_autogen(tells: int, asks: int) -> dict[str, Any]:
     python = ensure_autogen_venv()
     out = subprocess.run(
-        [str(python), str(Path(__file__).resolve()), "--autogen-worker", "--tells", str(tells), "--asks", str(asks)],
+        [
+            str(python),
+            str(Path(__file__).resolve()),
+            "--autogen-worker",
+            "--tells",
+            str(tells),
+            "--asks",
+            str(asks),
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -243,7 +257,9 @@ def main() -> None:
     rows: dict[str, dict[str, Any]] = {}
     for backend in ("asyncio", "uvloop", "trio"):
         rows[f"raw stream / {backend}"] = run_anyio(raw_stream, backend, args.tells, args.asks)
-        rows[f"microagent / {backend}"] = run_anyio(microagent_actors, backend, args.tells, args.asks)
+        rows[f"microagent / {backend}"] = run_anyio(
+            microagent_actors, backend, args.tells, args.asks
+        )
     if not args.no_autogen:
         rows[f"autogen-core {AUTOGEN_VERSION} / asyncio"] = run_autogen(args.tells, args.asks)
 
@@ -269,7 +285,9 @@ def main() -> None:
     for backend, r in ratios.items():
         print(f"  {backend:8} " + "  ".join(f"{k}={v:.2f}" for k, v in r.items()))
     if autogen is not None:
-        print(f"  (autogen send_message throughput: {autogen['send_message_msgs_per_s']:,.0f} msgs/s)")
+        print(
+            f"  (autogen send_message throughput: {autogen['send_message_msgs_per_s']:,.0f} msgs/s)"
+        )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
         json.dumps(

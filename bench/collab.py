@@ -77,8 +77,9 @@ def plan(quick: bool) -> dict[str, list[str]]:
 # -- microagent ------------------------------------------------------------------------
 
 
-async def run_micro(bridge: Any, wl: dict[str, Any], ctx: str, choices: list[str], early_stop: bool,
-                    wave: int = 0) -> dict[str, Any]:
+async def run_micro(
+    bridge: Any, wl: dict[str, Any], ctx: str, choices: list[str], early_stop: bool, wave: int = 0
+) -> dict[str, Any]:
     import microagent as M
 
     ctx_in: Any = C.P.context(ctx)  # the same messages the client code sends first
@@ -86,34 +87,70 @@ async def run_micro(bridge: Any, wl: dict[str, Any], ctx: str, choices: list[str
     t0c, t0 = bridge.clock(), time.monotonic()
     kind = wl["kind"]
     if kind == "vote":
-        out = await M.vote(bridge, ctx_in, voters=wl["n"], choices=choices, style=wl["style"],
-                           temperature=wl["temperature"], max_tokens=wl["max_tokens"],
-                           answer_tokens=wl["answer_tokens"], early_stop=early_stop, wave=wave)
+        out = await M.vote(
+            bridge,
+            ctx_in,
+            voters=wl["n"],
+            choices=choices,
+            style=wl["style"],
+            temperature=wl["temperature"],
+            max_tokens=wl["max_tokens"],
+            answer_tokens=wl["answer_tokens"],
+            early_stop=early_stop,
+            wave=wave,
+        )
     elif kind == "debate":
-        out = await M.debate(bridge, ctx_in, agents=wl["agents"], rounds=wl["rounds"], max_tokens=wl["max_tokens"],
-                             temperature=wl["temperature"], early_stop=False, answer={"choices": choices})
+        out = await M.debate(
+            bridge,
+            ctx_in,
+            agents=wl["agents"],
+            rounds=wl["rounds"],
+            max_tokens=wl["max_tokens"],
+            temperature=wl["temperature"],
+            early_stop=False,
+            answer={"choices": choices},
+        )
     elif kind == "aggregate":
-        out = await M.aggregate(bridge, ctx_in, proposers=wl["proposers"], max_tokens=wl["max_tokens"],
-                                temperature=wl["temperature"])
+        out = await M.aggregate(
+            bridge,
+            ctx_in,
+            proposers=wl["proposers"],
+            max_tokens=wl["max_tokens"],
+            temperature=wl["temperature"],
+        )
     else:
-        out = await M.reflect(bridge, ctx_in, validator=C.format_validator(choices), rounds=wl["rounds"],
-                              drafter=C.P.FIRST_PROMPT, max_tokens=wl["max_tokens"], temperature=wl["temperature"])
+        out = await M.reflect(
+            bridge,
+            ctx_in,
+            validator=C.format_validator(choices),
+            rounds=wl["rounds"],
+            drafter=C.P.FIRST_PROMPT,
+            max_tokens=wl["max_tokens"],
+            temperature=wl["temperature"],
+        )
     wall = time.monotonic() - t0
     t1c = bridge.clock()
     await bridge.wait_idle(10.0)
     s1 = bridge.stats()
-    results = sorted((g.result for g in bridge.generations[n0:] if g.result is not None), key=lambda r: r.timings.submitted)
+    results = sorted(
+        (g.result for g in bridge.generations[n0:] if g.result is not None),
+        key=lambda r: r.timings.submitted,
+    )
     intervals = [(r.timings.submitted, r.timings.first_token, r.timings.finished) for r in results]
     answers = [a.answer or "" for a in out.agents if a.role in ("voter", "debater")]
     return {
-        "wall": wall, "answer": out.answer, "answers": answers,
+        "wall": wall,
+        "answer": out.answer,
+        "answers": answers,
         "prompt_tokens": s1.prompt_tokens - s0.prompt_tokens,
         "cached_tokens": s1.cached_tokens - s0.cached_tokens,
         "completion_tokens": s1.completion_tokens - s0.completion_tokens,
         "sched_queries": s1.prefix_cache_queries - s0.prefix_cache_queries,
         "sched_hits": s1.prefix_cache_hits - s0.prefix_cache_hits,
-        "usage": out.usage.to_dict(), "early_stopped": out.early_stopped,
-        "requests": len(results), "aborted": s1.requests_aborted - s0.requests_aborted,
+        "usage": out.usage.to_dict(),
+        "early_stopped": out.early_stopped,
+        "requests": len(results),
+        "aborted": s1.requests_aborted - s0.requests_aborted,
         "ideal": ideal_prefill([(r.prompt.token_ids, r.output_ids) for r in results]),
         "context_tokens": len(bridge.chat.context(ctx_in)),
         "sum_prefill_s": sum((r.timings.queue_and_prefill or 0.0) for r in results),
@@ -125,7 +162,9 @@ async def run_micro(bridge: Any, wl: dict[str, Any], ctx: str, choices: list[str
 # -- client side -----------------------------------------------------------------------
 
 
-async def run_client(server: Any, wl: dict[str, Any], ctx: str, choices: list[str]) -> dict[str, Any]:
+async def run_client(
+    server: Any, wl: dict[str, Any], ctx: str, choices: list[str]
+) -> dict[str, Any]:
     from _collab_engines import SERVED_NAME, metric_delta
     from openai import AsyncOpenAI
 
@@ -142,34 +181,70 @@ async def run_client(server: Any, wl: dict[str, Any], ctx: str, choices: list[st
 def run_langgraph(server: Any, wl: dict[str, Any], ctx: str, choices: list[str]) -> dict[str, Any]:
     from _collab_engines import SERVED_NAME, metric_delta
 
-    job = {"system": C.P.SYSTEM, "base_url": server.base_url, "model": SERVED_NAME, "workload": wl, "context": ctx, "choices": choices}
+    job = {
+        "system": C.P.SYSTEM,
+        "base_url": server.base_url,
+        "model": SERVED_NAME,
+        "workload": wl,
+        "context": ctx,
+        "choices": choices,
+    }
     before = server.metrics()
-    proc = subprocess.run([str(PEERS_VENV / "bin" / "python"), str(HERE / "_collab_peer.py"), json.dumps(job)],
-                          capture_output=True, text=True, check=False, cwd=str(HERE))
+    proc = subprocess.run(
+        [str(PEERS_VENV / "bin" / "python"), str(HERE / "_collab_peer.py"), json.dumps(job)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=str(HERE),
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"langgraph peer failed: {proc.stderr[-2000:]}")
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     out = {"answer": res["answer"], "langgraph": res["langgraph"]}
-    return _server_result(server, before, res["wall"], out, res["requests"], res["t0"], res["t0"] + res["wall"], metric_delta)
+    return _server_result(
+        server,
+        before,
+        res["wall"],
+        out,
+        res["requests"],
+        res["t0"],
+        res["t0"] + res["wall"],
+        metric_delta,
+    )
 
 
-def _server_result(server: Any, before: dict[str, float], wall: float, out: dict[str, Any],
-                   requests: list[dict[str, Any]], t0: float, t1: float, delta: Any) -> dict[str, Any]:
+def _server_result(
+    server: Any,
+    before: dict[str, float],
+    wall: float,
+    out: dict[str, Any],
+    requests: list[dict[str, Any]],
+    t0: float,
+    t1: float,
+    delta: Any,
+) -> dict[str, Any]:
     time.sleep(0.5)  # the server's stat logger records the last step asynchronously
     d = delta(before, server.metrics())
     intervals = [(r["submitted"], None, r["finished"]) for r in requests]
     split = time_split(intervals, t0, t1)
     return {
-        "wall": wall, "answer": out.get("answer", ""), "answers": out.get("answers", []),
+        "wall": wall,
+        "answer": out.get("answer", ""),
+        "answers": out.get("answers", []),
         "prompt_tokens": int(d["vllm:prompt_tokens_total"]),
         "cached_tokens": int(d["vllm:prefix_cache_hits_total"]),
         "completion_tokens": int(d["vllm:generation_tokens_total"]),
         "sched_queries": int(d["vllm:prefix_cache_queries_total"]),
         "sched_hits": int(d["vllm:prefix_cache_hits_total"]),
-        "requests": len(requests), "metrics": d,
-        "sum_prefill_s": d["vllm:request_queue_time_seconds_sum"] + d["vllm:request_prefill_time_seconds_sum"],
+        "requests": len(requests),
+        "metrics": d,
+        "sum_prefill_s": d["vllm:request_queue_time_seconds_sum"]
+        + d["vllm:request_prefill_time_seconds_sum"],
         "sum_decode_s": d["vllm:request_decode_time_seconds_sum"],
-        "split": {"in_flight": split["prefill"] + split["decode"], "orchestration": split["orchestration"]},
+        "split": {
+            "in_flight": split["prefill"] + split["decode"],
+            "orchestration": split["orchestration"],
+        },
         **({"langgraph": out["langgraph"]} if "langgraph" in out else {}),
     }
 
@@ -189,23 +264,47 @@ async def accuracy(bridge: Any, tasks: list[Task], concurrency: int = 3) -> list
     async def one(task: Task) -> None:
         choices = list(task.choices)
         async with sem:
-            v = await M.vote(bridge, task.prompt(), voters=9, choices=choices, style="reason", temperature=0.7,
-                             max_tokens=COMMON["max_tokens"], answer_tokens=COMMON["answer_tokens"], early_stop=False)
-            d = await M.debate(bridge, task.prompt(), agents=3, rounds=2, max_tokens=COMMON["max_tokens"],
-                               temperature=0.7, early_stop=False, answer={"choices": choices})
+            v = await M.vote(
+                bridge,
+                task.prompt(),
+                voters=9,
+                choices=choices,
+                style="reason",
+                temperature=0.7,
+                max_tokens=COMMON["max_tokens"],
+                answer_tokens=COMMON["answer_tokens"],
+                early_stop=False,
+            )
+            d = await M.debate(
+                bridge,
+                task.prompt(),
+                agents=3,
+                rounds=2,
+                max_tokens=COMMON["max_tokens"],
+                temperature=0.7,
+                early_stop=False,
+                answer={"choices": choices},
+            )
         voters = [a for a in v.agents if a.role == "voter"]
-        out.append({
-            "id": task.id, "kind": task.kind, "gold": task.answer,
-            "votes": [a.answer or "" for a in voters],
-            "vote_completion": [a.completion_tokens for a in voters],
-            "debate": d.answer, "debate_completion": d.usage.completion_tokens,
-        })
+        out.append(
+            {
+                "id": task.id,
+                "kind": task.kind,
+                "gold": task.answer,
+                "votes": [a.answer or "" for a in voters],
+                "vote_completion": [a.completion_tokens for a in voters],
+                "debate": d.answer,
+                "debate_completion": d.usage.completion_tokens,
+            }
+        )
 
     await asyncio.gather(*(one(t) for t in tasks))
     return sorted(out, key=lambda r: r["id"])
 
 
-def accuracy_summary(rows: list[dict[str, Any]], choices_of: dict[int, tuple[str, ...]]) -> list[dict[str, Any]]:
+def accuracy_summary(
+    rows: list[dict[str, Any]], choices_of: dict[int, tuple[str, ...]]
+) -> list[dict[str, Any]]:
     """Accuracy with Wilson intervals and mean completion tokens per question, per method."""
     from _collab_tasks import wilson
 
@@ -214,12 +313,30 @@ def accuracy_summary(rows: list[dict[str, Any]], choices_of: dict[int, tuple[str
         ok = sum(majority(r["votes"][:k], choices_of[r["id"]]) == r["gold"] for r in rows)
         tokens = statistics.fmean(sum(r["vote_completion"][:k]) for r in rows) if rows else 0.0
         lo, hi = wilson(ok, len(rows))
-        methods.append({"method": "single sample" if k == 1 else f"vote-{k}", "correct": ok, "n": len(rows),
-                        "accuracy": ok / len(rows) if rows else 0.0, "ci": [lo, hi], "completion_tokens": tokens})
+        methods.append(
+            {
+                "method": "single sample" if k == 1 else f"vote-{k}",
+                "correct": ok,
+                "n": len(rows),
+                "accuracy": ok / len(rows) if rows else 0.0,
+                "ci": [lo, hi],
+                "completion_tokens": tokens,
+            }
+        )
     ok = sum(r["debate"] == r["gold"] for r in rows)
     lo, hi = wilson(ok, len(rows))
-    methods.append({"method": "debate 3x2", "correct": ok, "n": len(rows), "accuracy": ok / len(rows) if rows else 0.0,
-                    "ci": [lo, hi], "completion_tokens": statistics.fmean(r["debate_completion"] for r in rows) if rows else 0.0})
+    methods.append(
+        {
+            "method": "debate 3x2",
+            "correct": ok,
+            "n": len(rows),
+            "accuracy": ok / len(rows) if rows else 0.0,
+            "ci": [lo, hi],
+            "completion_tokens": statistics.fmean(r["debate_completion"] for r in rows)
+            if rows
+            else 0.0,
+        }
+    )
     return methods
 
 
@@ -227,14 +344,16 @@ def accuracy_summary(rows: list[dict[str, Any]], choices_of: dict[int, tuple[str
 
 
 def ensure_peers_venv() -> str:
-    """Create ``bench/.venv-peers`` with langgraph + openai (pip) on first use; return langgraph's version."""
+    """Create ``bench/.venv-peers`` (langgraph + openai) once; return langgraph's version."""
     py = PEERS_VENV / "bin" / "python"
     if not py.exists():
         print(f"creating {PEERS_VENV} ({' '.join(PEER_PACKAGES)})", flush=True)
         venv.create(PEERS_VENV, with_pip=True)
         subprocess.run([str(py), "-m", "pip", "install", "-q", *PEER_PACKAGES], check=True)
     probe = "from importlib.metadata import version as v; print(v('langgraph'), v('openai'))"
-    return subprocess.run([str(py), "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [str(py), "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def machine() -> dict[str, Any]:
@@ -242,12 +361,32 @@ def machine() -> dict[str, Any]:
     import torch
     import vllm
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
-    mem = next((ln.split()[1] for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")), "0")
-    return {"nproc": os.cpu_count(), "cpu": cpu, "memory_gib": round(int(mem) / 2**20, 1),
-            "python": platform.python_version(), "vllm": vllm.__version__, "torch": torch.__version__,
-            "microagent": microagent.__version__, "platform": platform.platform()}
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    mem = next(
+        (
+            ln.split()[1]
+            for ln in Path("/proc/meminfo").read_text().splitlines()
+            if ln.startswith("MemTotal")
+        ),
+        "0",
+    )
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gib": round(int(mem) / 2**20, 1),
+        "python": platform.python_version(),
+        "vllm": vllm.__version__,
+        "torch": torch.__version__,
+        "microagent": microagent.__version__,
+        "platform": platform.platform(),
+    }
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
@@ -263,10 +402,15 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     model_dir = microagent.resolve_model("default")
     RESULTS.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
-    servers = {"client": Server(model_dir, args.port, prefix_caching=True, log=RESULTS / "server-cache.log.tmp")}
+    servers = {
+        "client": Server(
+            model_dir, args.port, prefix_caching=True, log=RESULTS / "server-cache.log.tmp"
+        )
+    }
     if need_nocache:
-        servers["client-nocache"] = Server(model_dir, args.port + 1, prefix_caching=False,
-                                           log=RESULTS / "server-nocache.log.tmp")
+        servers["client-nocache"] = Server(
+            model_dir, args.port + 1, prefix_caching=False, log=RESULTS / "server-nocache.log.tmp"
+        )
     bridge = make_bridge()
     runs: list[dict[str, Any]] = []
     tasks = task_set()
@@ -275,9 +419,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         for s in servers.values():
             await asyncio.to_thread(s.wait_healthy)
         print(f"engines up after {time.monotonic() - t_start:.0f} s", flush=True)
-        systems_all = ["microagent", "microagent-wave3", "microagent-full", "client", "client-nocache", "langgraph"]
+        systems_all = [
+            "microagent",
+            "microagent-wave3",
+            "microagent-full",
+            "client",
+            "client-nocache",
+            "langgraph",
+        ]
         for rep in range(args.reps):
-            order = systems_all[rep % len(systems_all):] + systems_all[: rep % len(systems_all)]
+            order = systems_all[rep % len(systems_all) :] + systems_all[: rep % len(systems_all)]
             for wi, (wname, systems) in enumerate(work.items()):
                 wl = WORKLOADS[wname]
                 task = tasks[(7 * rep + wi) % len(tasks)]
@@ -288,20 +439,33 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                         continue
                     if system.startswith("microagent"):
                         await bridge.reset_prefix_cache()
-                        res = await run_micro(bridge, wl, ctx, choices, early_stop=system != "microagent-full",
-                                              wave=3 if system == "microagent-wave3" else 0)
+                        res = await run_micro(
+                            bridge,
+                            wl,
+                            ctx,
+                            choices,
+                            early_stop=system != "microagent-full",
+                            wave=3 if system == "microagent-wave3" else 0,
+                        )
                     else:
-                        server = servers["client-nocache" if system == "client-nocache" else "client"]
+                        server = servers[
+                            "client-nocache" if system == "client-nocache" else "client"
+                        ]
                         await asyncio.to_thread(server.reset_prefix_cache)
                         if system == "langgraph":
                             res = await asyncio.to_thread(run_langgraph, server, wl, ctx, choices)
                         else:
                             res = await run_client(server, wl, ctx, choices)
-                    res.update(system=system, workload=wname, rep=rep, task=task.id, gold=task.answer)
+                    res.update(
+                        system=system, workload=wname, rep=rep, task=task.id, gold=task.answer
+                    )
                     runs.append(res)
-                    print(f"rep {rep} {wname:13s} {system:16s} wall {res['wall']:6.2f} s  prompt "
-                          f"{res['prompt_tokens']:6d} cached {res['cached_tokens']:6d} completion "
-                          f"{res['completion_tokens']:5d}  answer {str(res['answer'])[:30]!r}", flush=True)
+                    print(
+                        f"rep {rep} {wname:13s} {system:16s} wall {res['wall']:6.2f} s  prompt "
+                        f"{res['prompt_tokens']:6d} cached {res['cached_tokens']:6d} completion "
+                        f"{res['completion_tokens']:5d}  answer {str(res['answer'])[:30]!r}",
+                        flush=True,
+                    )
         for s in servers.values():
             s.stop()
         acc_tasks = tasks[: args.items]
@@ -314,28 +478,47 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         await bridge.close()
     choices_of = {t.id: t.choices for t in tasks}
     return {
-        "machine": machine(), "peers": peers, "settings": SETTINGS, "workloads": {w: WORKLOADS[w] for w in work},
-        "plan": work, "quick": args.quick, "system_prompt": C.P.SYSTEM, "reps": args.reps, "items": len(rows),
+        "machine": machine(),
+        "peers": peers,
+        "settings": SETTINGS,
+        "workloads": {w: WORKLOADS[w] for w in work},
+        "plan": work,
+        "quick": args.quick,
+        "system_prompt": C.P.SYSTEM,
+        "reps": args.reps,
+        "items": len(rows),
         "server_start_s": {k: s.start_seconds for k, s in servers.items()},
-        "engine_start_s": bridge.engine_start_seconds, "runs": runs, "accuracy_rows": rows,
+        "engine_start_s": bridge.engine_start_seconds,
+        "runs": runs,
+        "accuracy_rows": rows,
         "accuracy": accuracy_summary(rows, choices_of),
-        "chance": statistics.fmean(1 / len(choices_of[r["id"]]) for r in rows) if rows else None, "total_s": time.monotonic() - t_start,
+        "chance": statistics.fmean(1 / len(choices_of[r["id"]]) for r in rows) if rows else None,
+        "total_s": time.monotonic() - t_start,
         "command": "python bench/collab.py " + " ".join(sys.argv[1:]),
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="5 workloads; caching-off and LangGraph on vote5-direct only; 20 accuracy items")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="5 workloads; caching-off and LangGraph on vote5-direct only; 20 accuracy items",
+    )
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--items", type=int, default=None, help="accuracy items (default 240, 20 with --quick)")
+    ap.add_argument(
+        "--items", type=int, default=None, help="accuracy items (default 240, 20 with --quick)"
+    )
     ap.add_argument("--workloads", default="", help="comma-separated subset of workloads")
     ap.add_argument("--no-langgraph", action="store_true")
     ap.add_argument("--port", type=int, default=8731)
     ap.add_argument("--out", default="collab")
-    ap.add_argument("--system-prompt", action="store_true",
-                    help="send SmolLM2's default system prompt explicitly on every side (microagent's "
-                         "chat composition omits it; vLLM's server inserts it)")
+    ap.add_argument(
+        "--system-prompt",
+        action="store_true",
+        help="send SmolLM2's default system prompt explicitly on every side (microagent's "
+        "chat composition omits it; vLLM's server inserts it)",
+    )
     args = ap.parse_args()
     if args.system_prompt:
         C.P.SYSTEM = C.P.SMOLLM2_DEFAULT_SYSTEM

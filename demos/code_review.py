@@ -30,7 +30,10 @@ REVIEWER = (
     "Does this file contain a bug? Look closely at reserve(): compare the check with its "
     "docstring and with demo(). Think it through in two or three sentences."
 )
-AGGREGATOR = "Write the code review: name the bug (function, line, why) and the fix, in at most four sentences."
+AGGREGATOR = (
+    "Write the code review: name the bug (function, line, why) and the fix, "
+    "in at most four sentences."
+)
 
 
 def messages(source: str, path: str) -> list[dict[str, str]]:
@@ -80,8 +83,12 @@ async def main(argv: list[str] | None = None) -> int:
         view = LiveView(sys.stdout)
         t0 = time.monotonic()
         outcome = await review(
-            engine, source, args.file.name, reviewers=args.reviewers,
-            max_tokens=args.max_tokens, on_event=view,
+            engine,
+            source,
+            args.file.name,
+            reviewers=args.reviewers,
+            max_tokens=args.max_tokens,
+            on_event=view,
         )
         view.finish()
         seconds = time.monotonic() - t0

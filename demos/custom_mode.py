@@ -22,6 +22,8 @@ from microagent import (
     CollaborationContext,
     CollaborationOp,
     EngineBridge,
+    ModeConfig,
+    ModeResult,
     Outcome,
     Turn,
     VLLMBridge,
@@ -58,7 +60,7 @@ class Checker(Actor):
 
 
 @register_mode
-class SolveAndCheck(CollaborationOp):
+class SolveAndCheck(CollaborationOp[ModeConfig]):
     """N solvers race; the checker verifies; the first verified answer wins."""
 
     name = "solve_and_check"
@@ -66,20 +68,22 @@ class SolveAndCheck(CollaborationOp):
         AgentSpec("solver", count=3, instructions="Answer with the number only.", temperature=0.9),
     )
 
-    async def run(self, ctx: CollaborationContext) -> str:
+    async def run(self, ctx: CollaborationContext[ModeConfig]) -> ModeResult:
         question = str(ctx.messages[-1]["content"]) if ctx.messages else ""
         checker = ctx.spawn_actor(Checker, name="checker")
         solvers = await ctx.spawn_all(role="solver")
         winner: list[str] = []
 
         async def solve(role) -> None:  # type: ignore[no-untyped-def]
-            done = await ctx.turn(role, Turn(ctx.prompt(role.spec), ctx.sampling(role.spec, max_tokens=12)))
+            done = await ctx.turn(
+                role, Turn(ctx.prompt(role.spec), ctx.sampling(role.spec, max_tokens=12))
+            )
             if done.result is None or winner:
                 return
-            ok = await checker.ask(Check(question, done.text), timeout=5)
-            await ctx.emit("checked", role.agent, ok=ok, answer=done.text.strip())
+            ok = await checker.ask(Check(question, done.content), timeout=5)
+            await ctx.emit("checked", role.agent, ok=ok, answer=done.content)
             if ok and not winner:
-                winner.append(done.text.strip())
+                winner.append(done.content)
                 for other in solvers:
                     if other is not role:
                         await ctx.prune(other, "another solver was verified first")
@@ -87,9 +91,11 @@ class SolveAndCheck(CollaborationOp):
         async with anyio.create_task_group() as tg:
             for role in solvers:
                 tg.start_soon(solve, role)
-        ctx.early_stopped = bool(winner)
-        ctx.extra["verified"] = bool(winner)
-        return winner[0] if winner else "no verified answer"
+        return ModeResult(
+            answer=winner[0] if winner else "no verified answer",
+            early_stopped=bool(winner),
+            details={"verified": bool(winner)},
+        )
 
 
 async def run(engine: EngineBridge, question: str, *, on_event: object = None) -> Outcome:
@@ -99,8 +105,16 @@ async def run(engine: EngineBridge, question: str, *, on_event: object = None) -
 async def main() -> int:
     question = sys.argv[1] if len(sys.argv) > 1 else "What is 17 * 3?"
     async with VLLMBridge("default") as engine:
-        outcome = await run(engine, question, on_event=lambda e: print(" ", e.type, e.agent or "", dict(e.data)) if e.type in ("checked", "pruned") else None)
-    print(f"answer: {outcome.answer}  verified: {outcome.extra['verified']}")
+        outcome = await run(
+            engine,
+            question,
+            on_event=lambda e: (
+                print(" ", e.type, e.agent or "", dict(e.data))
+                if e.type in ("checked", "pruned")
+                else None
+            ),
+        )
+    print(f"answer: {outcome.answer}  verified: {outcome.details['verified']}")
     for agent in outcome.agents:
         print(f"  {agent.name:<10} {agent.finish_reason:<8} {agent.output!r}")
     return 0

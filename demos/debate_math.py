@@ -21,10 +21,22 @@ PROBLEMS = [
 ]
 
 
-async def solve(engine: EngineBridge, problem: str, *, rounds: int = 2, max_tokens: int = 48, on_event: object = None) -> Outcome:
+async def solve(
+    engine: EngineBridge,
+    problem: str,
+    *,
+    rounds: int = 2,
+    max_tokens: int = 48,
+    on_event: object = None,
+) -> Outcome:
     return await collaborate(
-        engine, "debate", problem, [AgentSpec("debater", count=3, temperature=0.7)],
-        rounds=rounds, max_tokens=max_tokens, on_event=on_event,  # type: ignore[arg-type]
+        engine,
+        "debate",
+        problem,
+        [AgentSpec("debater", count=3, temperature=0.7)],
+        rounds=rounds,
+        max_tokens=max_tokens,
+        on_event=on_event,  # type: ignore[arg-type]
     )
 
 
@@ -44,8 +56,14 @@ async def main(argv: list[str] | None = None) -> int:
             print(f"\n{problem}  (expected {expected})")
             outcome = await solve(engine, problem, on_event=show)
             u = outcome.usage
-            print(f"  answer: {outcome.answer!r}  rounds: {outcome.rounds}  early stop: {outcome.early_stopped}")
-            print(f"  prompt tokens {u.prompt_tokens}, cached {u.cached_tokens}, generated {u.completion_tokens}")
+            print(
+                f"  answer: {outcome.answer!r}  rounds: {outcome.rounds}  "
+                f"early stop: {outcome.early_stopped}"
+            )
+            print(
+                f"  prompt tokens {u.prompt_tokens}, cached {u.cached_tokens}, "
+                f"generated {u.completion_tokens}"
+            )
     return 0
 
 

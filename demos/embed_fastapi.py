@@ -23,7 +23,11 @@ def create_app(engine: EngineBridge | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
-            bridge = engine if engine is not None else await stack.enter_async_context(VLLMBridge("default"))
+            bridge = (
+                engine
+                if engine is not None
+                else await stack.enter_async_context(VLLMBridge("default"))
+            )
             app.state.runtime = await stack.enter_async_context(Runtime(engine=bridge))
             yield
 
@@ -39,8 +43,14 @@ def create_app(engine: EngineBridge | None = None) -> FastAPI:
 
     @app.get("/ask")
     async def ask(q: str, voters: int = 3) -> dict[str, Any]:
-        outcome = await vote(app.state.runtime, q, voters=voters, choices=["yes", "no"], style="direct", max_tokens=4)
-        return {"answer": outcome.answer, "votes": outcome.votes, "early_stopped": outcome.early_stopped}
+        outcome = await vote(
+            app.state.runtime, q, voters=voters, choices=["yes", "no"], style="direct", max_tokens=4
+        )
+        return {
+            "answer": outcome.answer,
+            "votes": outcome.votes,
+            "early_stopped": outcome.early_stopped,
+        }
 
     return app
 

@@ -30,6 +30,7 @@ from microagent import (
 HERE = Path(__file__).parent
 TASK = "Write a Python function is_palindrome(s) that ignores case and spaces."
 
+
 def build_graph(roles_dir: Path = HERE / "roles") -> Graph:
     """The review graph, from the role files (the docs page draws it)."""
     roles = load_roles(roles_dir)
@@ -38,7 +39,12 @@ def build_graph(roles_dir: Path = HERE / "roles") -> Graph:
         .add(roles["planner"].to_node())
         .add(roles["coder"].to_node(count=2))
         .add(roles["reviewer"].to_node())
-        .node("final", "Give the final version of the code, and nothing else.", max_tokens=256, temperature=0.0)
+        .node(
+            "final",
+            "Give the final version of the code, and nothing else.",
+            max_tokens=256,
+            temperature=0.0,
+        )
         .edge("planner", "coder")
         .edge("coder", "reviewer")
         .edge("reviewer", "coder", when={"not_contains": "APPROVED"}, max_iterations=2)
@@ -46,9 +52,13 @@ def build_graph(roles_dir: Path = HERE / "roles") -> Graph:
     )
 
 
-async def review(engine: EngineBridge, task: str = TASK, *, max_tokens: int = 256, on_event: object = None) -> Outcome:
+async def review(
+    engine: EngineBridge, task: str = TASK, *, max_tokens: int = 256, on_event: object = None
+) -> Outcome:
     """Run the review graph on ``engine``."""
-    return await collaborate(engine, "graph", task, graph=build_graph(), on_event=on_event, max_tokens=max_tokens)  # type: ignore[arg-type]
+    return await collaborate(
+        engine, "graph", task, graph=build_graph(), on_event=on_event, max_tokens=max_tokens
+    )  # type: ignore[arg-type]
 
 
 async def main(task: str, as_json: bool) -> int:
@@ -56,10 +66,17 @@ async def main(task: str, as_json: bool) -> int:
         if as_json:
             return
         if e.type == "node_started":
-            print(f"\n== {e.data['node']} (run {e.data['iteration']}) <- {', '.join(e.data['inputs']) or 'task'}", flush=True)
+            print(
+                f"\n== {e.data['node']} (run {e.data['iteration']}) "
+                f"<- {', '.join(e.data['inputs']) or 'task'}",
+                flush=True,
+            )
         elif e.type == "agent_finished":
-            print(f"   {e.agent}: {e.data['finish_reason']}, {e.data['prompt_tokens']} prompt tokens "
-                  f"({e.data['cached_tokens']} cached), {e.data['completion_tokens']} generated", flush=True)
+            print(
+                f"   {e.agent}: {e.data['finish_reason']}, {e.data['prompt_tokens']} prompt tokens "
+                f"({e.data['cached_tokens']} cached), {e.data['completion_tokens']} generated",
+                flush=True,
+            )
         elif e.type in ("loop", "branch_pruned"):
             print(f"   [{e.type}] {e.data}", flush=True)
 
@@ -70,8 +87,10 @@ async def main(task: str, as_json: bool) -> int:
     else:
         print("\n== answer\n" + outcome.answer)
         u = outcome.usage
-        print(f"\nusage: {u.prompt_tokens} prompt tokens, {u.cached_tokens} cached, "
-              f"{u.completion_tokens} generated; {outcome.wall_time:.1f} s")
+        print(
+            f"\nusage: {u.prompt_tokens} prompt tokens, {u.cached_tokens} cached, "
+            f"{u.completion_tokens} generated; {outcome.wall_time:.1f} s"
+        )
     return 0
 
 

@@ -17,7 +17,9 @@ from typing import Any
 from openai import OpenAI
 
 
-def stream_debate(client: OpenAI, model: str, question: str, *, max_tokens: int = 32) -> tuple[str, list[dict[str, Any]]]:
+def stream_debate(
+    client: OpenAI, model: str, question: str, *, max_tokens: int = 32
+) -> tuple[str, list[dict[str, Any]]]:
     """Stream a debate; print every role's events; return the answer and the events."""
     stream = client.chat.completions.create(
         model=model,
@@ -39,7 +41,9 @@ def stream_debate(client: OpenAI, model: str, question: str, *, max_tokens: int 
             events.append(event)
             if event["type"] != "delta":
                 who = event.get("agent") or "-"
-                details = {k: v for k, v in event.items() if k not in ("type", "agent", "time", "usage")}
+                details = {
+                    k: v for k, v in event.items() if k not in ("type", "agent", "time", "usage")
+                }
                 print(f"{event['type']:<15} {who:<12} {details}", flush=True)
         if chunk.choices and chunk.choices[0].delta.content:
             answer.append(chunk.choices[0].delta.content)

@@ -30,10 +30,18 @@ TASK = (
 )
 
 
-async def extract(engine: EngineBridge, *, rounds: int = 3, max_tokens: int = 64, on_event: object = None) -> Outcome:
+async def extract(
+    engine: EngineBridge, *, rounds: int = 3, max_tokens: int = 64, on_event: object = None
+) -> Outcome:
     return await reflect(
-        engine, TASK, validator=json_schema_validator(SCHEMA), rounds=rounds,
-        drafter="Reply with JSON only.", max_tokens=max_tokens, temperature=0.2, on_event=on_event,
+        engine,
+        TASK,
+        validator=json_schema_validator(SCHEMA),
+        rounds=rounds,
+        drafter="Reply with JSON only.",
+        max_tokens=max_tokens,
+        temperature=0.2,
+        on_event=on_event,
     )
 
 

@@ -4,6 +4,7 @@
 ``ScriptedEngine`` is the deterministic test double with vLLM's caching rules.
 """
 
+from .._public import publish as _publish
 from ._bridge import EngineBridge as EngineBridge
 from ._bridge import EngineRequest as EngineRequest
 from ._bridge import EngineStep as EngineStep
@@ -33,3 +34,37 @@ from ._types import Sampling as Sampling
 from ._types import Timings as Timings
 from ._types import TokenDelta as TokenDelta
 from ._vllm import VLLMBridge as VLLMBridge
+
+__all__ = [
+    "AdapterRef",
+    "ChatComposer",
+    "ChatTemplate",
+    "EngineBridge",
+    "EngineBridgeError",
+    "EngineDied",
+    "EngineRequest",
+    "EngineStats",
+    "EngineStep",
+    "EngineUnavailable",
+    "FinishReason",
+    "Generation",
+    "GenerationResult",
+    "HandleMismatch",
+    "KVHandle",
+    "Message",
+    "ModelPreparationError",
+    "RequestRefused",
+    "Sampling",
+    "SchedulerSnapshot",
+    "ScriptedEngine",
+    "Timings",
+    "TokenDelta",
+    "ToyTokenizer",
+    "UnknownAdapter",
+    "VLLMBridge",
+    "make_random_lora",
+    "prepare_model",
+    "resolve_model",
+]
+
+_publish(globals(), __name__)

@@ -252,7 +252,9 @@ class EngineBridge(abc.ABC):
             return self.tokenize(text)
         return await anyio.to_thread.run_sync(self.tokenize, text)
 
-    def handle(self, token_ids: Iterable[int], *, adapter: str | AdapterRef | None = None) -> KVHandle:
+    def handle(
+        self, token_ids: Iterable[int], *, adapter: str | AdapterRef | None = None
+    ) -> KVHandle:
         """A handle of this model and epoch over ``token_ids`` (decodes lazily)."""
         return KVHandle(
             tuple(token_ids),
@@ -294,7 +296,9 @@ class EngineBridge(abc.ABC):
             RequestRefused: naming the field at fault.
         """
         if prompt.model != self.model:
-            raise RequestRefused("prompt", f"handle of model {prompt.model!r} sent to {self.model!r}")
+            raise RequestRefused(
+                "prompt", f"handle of model {prompt.model!r} sent to {self.model!r}"
+            )
         if not prompt.token_ids:
             raise RequestRefused("prompt", "empty prompt")
 
@@ -487,12 +491,14 @@ class EngineBridge(abc.ABC):
             # the last sampled token is never fed back: its KV is not computed
             self._remember_resident(handle, len(handle) - 1 if out else len(handle))
         now = self.clock()
+        text = "".join(gen._text)
         return GenerationResult(
             request_id=request.request_id,
             prompt=prompt,
             handle=handle,
             output_ids=out,
-            text="".join(gen._text),
+            text=text,
+            content=self.chat.content(text),
             finish_reason=reason,
             prompt_tokens=len(prompt),
             cached_tokens=cached,

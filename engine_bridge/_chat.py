@@ -40,6 +40,10 @@ def _ids(ids: Iterable[int]) -> Tokens:
     return tuple(int(t) for t in ids)
 
 
+def _strings(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
 def _freeze(mapping: Mapping[str, Sequence[int]]) -> Mapping[str, Tokens]:
     return MappingProxyType({role: tuple(ids) for role, ids in mapping.items()})
 
@@ -59,6 +63,8 @@ class ChatTemplate:
             conversation does not start with a system message (SmolLM2's does);
             composition inserts it the same way, so prompts equal the template's
             own rendering (and vLLM's OpenAI server's).
+        markers: the texts of the tokens that end a turn or a text (the end-of-turn
+            token's first); they never belong to a message's content.
     """
 
     opens: Mapping[str, Tokens] = attrs.field(converter=_freeze, hash=False)
@@ -67,6 +73,7 @@ class ChatTemplate:
     eot_token_id: int
     prefix: Tokens = attrs.field(default=(), converter=_ids)
     default_system: Tokens = attrs.field(default=(), converter=_ids)
+    markers: tuple[str, ...] = attrs.field(default=(), converter=_strings, eq=False)
 
     def __attrs_post_init__(self) -> None:
         if set(self.opens) != set(self.closes):
@@ -82,14 +89,18 @@ class ChatTemplate:
         try:
             return self.opens[role]
         except KeyError:
-            raise ValueError(f"role {role!r} is not in the chat template (roles: {self.roles})") from None
+            raise ValueError(
+                f"role {role!r} is not in the chat template (roles: {self.roles})"
+            ) from None
 
     def close(self, role: str) -> Tokens:
         """The ids that close a ``role`` turn (end-of-turn token included)."""
         try:
             return self.closes[role]
         except KeyError:
-            raise ValueError(f"role {role!r} is not in the chat template (roles: {self.roles})") from None
+            raise ValueError(
+                f"role {role!r} is not in the chat template (roles: {self.roles})"
+            ) from None
 
     def close_after(self, role: str, content: Sequence[int]) -> Tokens:
         """The part of ``role``'s close still needed after ``content``.
@@ -129,7 +140,9 @@ class ChatTemplate:
         newline = tuple(encode("\n"))
         opens = {r: tuple(encode(f"<|im_start|>{r}\n")) for r in roles}
         closes = {r: (eot_token_id, *newline) for r in roles}
-        return cls(opens, closes, tuple(encode("<|im_start|>assistant\n")), eot_token_id)
+        generation = tuple(encode("<|im_start|>assistant\n"))
+        markers = ("<|im_end|>", "<|endoftext|>")
+        return cls(opens, closes, generation, eot_token_id, markers=markers)
 
     @classmethod
     def from_renderer(
@@ -139,6 +152,7 @@ class ChatTemplate:
         eot_token_id: int,
         eot_text: str,
         roles: Sequence[str] = _DEFAULT_ROLES,
+        markers: Sequence[str] = (),
     ) -> ChatTemplate:
         """Derive the fragments by rendering the template with sentinel contents.
 
@@ -150,13 +164,15 @@ class ChatTemplate:
 
         Args:
             render: ``render(messages, add_generation_prompt) -> text``, e.g.
-                ``lambda m, g: tok.apply_chat_template(m, tokenize=False, add_generation_prompt=g)``.
+                ``lambda m, g: tok.apply_chat_template(m, tokenize=False,
+                add_generation_prompt=g)``.
             encode: text to ids for template fragments (special-token text mapped
                 to the special tokens, no BOS added), e.g.
                 ``lambda s: tok.encode(s, add_special_tokens=False)``.
             eot_token_id: the end-of-turn token id.
             eot_text: its text (what ``render`` writes for it).
             roles: the roles to support; must include ``"user"`` and ``"assistant"``.
+            markers: texts of other tokens that end a text (an end-of-sequence token).
 
         Raises:
             ValueError: the template drops or reorders contents, or lacks a role.
@@ -184,7 +200,9 @@ class ChatTemplate:
         head = [{"role": r, "content": _sentinel(i)} for i, r in enumerate(base[:-1])]
         with_gen = render(head, True)
         without = render(head, False)
-        generation = with_gen[len(without) :] if with_gen.startswith(without) else opens["assistant"]
+        generation = (
+            with_gen[len(without) :] if with_gen.startswith(without) else opens["assistant"]
+        )
 
         default_system = ""
         if "system" in roles:
@@ -202,6 +220,7 @@ class ChatTemplate:
             eot_token_id,
             ids(prefix),
             ids(default_system),
+            (eot_text, *(m for m in markers if m and m != eot_text)),
         )
 
 
@@ -209,7 +228,9 @@ def _sentinel(i: int) -> str:
     return f"MICROAGENTSENTINEL{i}X"
 
 
-def _render_parts(render: Renderer, roles: Sequence[str], *, add_generation_prompt: bool) -> list[str]:
+def _render_parts(
+    render: Renderer, roles: Sequence[str], *, add_generation_prompt: bool
+) -> list[str]:
     messages = [{"role": r, "content": _sentinel(i)} for i, r in enumerate(roles)]
     text = render(messages, add_generation_prompt)
     parts: list[str] = []
@@ -334,6 +355,35 @@ class ChatComposer:
         not end with it (``finish_reason="length"``); otherwise only what follows it.
         """
         return handle.extend(self.template.close_after(role, handle.token_ids))
+
+    def splice(self, pieces: Sequence[str | KVHandle]) -> Tokens:
+        """Token ids of mixed content: text is tokenized, handles are spliced as they are.
+
+        A handle spliced mid-turn drops its trailing end-of-turn token (a generation
+        that stopped ends with one), so a turn never holds a stray end-of-turn.
+        """
+        eot_id = self.template.eot_token_id
+        ids: list[int] = []
+        for piece in pieces:
+            if isinstance(piece, KVHandle):
+                if piece.model != self.bridge.model:
+                    raise ValueError(
+                        f"a {piece.model!r} handle cannot be spliced into a "
+                        f"{self.bridge.model!r} prompt; re-tokenize it explicitly"
+                    )
+                tokens = piece.token_ids
+                if tokens and tokens[-1] == eot_id:
+                    tokens = tokens[:-1]
+                ids.extend(tokens)
+            elif piece:
+                ids.extend(self.bridge.tokenize(piece))
+        return tuple(ids)
+
+    def content(self, text: str) -> str:
+        """Generated ``text`` as message content: without the template's end-of-turn markers."""
+        for marker in self.template.markers:
+            text = text.replace(marker, "")
+        return text
 
     def continue_with(self, handle: KVHandle, text: str) -> KVHandle:
         """``handle`` followed by raw ``text`` tokens inside the current turn (an answer cue)."""

@@ -68,7 +68,8 @@ class KVHandle:
 
     def __repr__(self) -> str:
         adapter = f", adapter={self.adapter.name!r}" if self.adapter else ""
-        return f"KVHandle({len(self.token_ids)} tokens, model={self.model!r}{adapter}, epoch={self.epoch})"
+        size = len(self.token_ids)
+        return f"KVHandle({size} tokens, model={self.model!r}{adapter}, epoch={self.epoch})"
 
     # -- text (lazy) -------------------------------------------------------------
     @cached_property

@@ -55,7 +55,9 @@ def make_random_lora(
     try:
         base: Any = AutoModelForCausalLM.from_pretrained(str(base_model_dir), dtype=torch.float32)
     except Exception as exc:
-        raise ModelPreparationError(f"cannot load base model {str(base_model_dir)!r}: {exc!r}") from exc
+        raise ModelPreparationError(
+            f"cannot load base model {str(base_model_dir)!r}: {exc!r}"
+        ) from exc
     config = LoraConfig(
         r=rank,
         lora_alpha=alpha if alpha is not None else rank,

@@ -81,7 +81,9 @@ def resolve_model(
     if not looks_local:
         return spec
     if not path.is_dir():
-        raise ModelPreparationError(f"model path {str(path)!r} does not exist or is not a directory")
+        raise ModelPreparationError(
+            f"model path {str(path)!r} does not exist or is not a directory"
+        )
     if not (path / "config.json").is_file():
         raise ModelPreparationError(
             f"model directory {str(path)!r} has no config.json: not a Hugging Face model directory"
@@ -133,7 +135,9 @@ def prepare_dir(
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ModelPreparationError(f"cannot create the model cache dir {str(parent)!r}: {exc}") from exc
+        raise ModelPreparationError(
+            f"cannot create the model cache dir {str(parent)!r}: {exc}"
+        ) from exc
     with _locked(target, timeout=lock_timeout):
         if is_prepared(target):  # another process finished while we waited
             return target
@@ -172,7 +176,8 @@ def _locked(target: Path, *, timeout: float) -> Iterator[None]:
         lock.acquire()
     except filelock.Timeout as exc:
         raise ModelPreparationError(
-            f"timed out after {timeout:.0f} s waiting for another process preparing {str(target)!r} "
+            f"timed out after {timeout:.0f} s waiting for another process preparing "
+            f"{str(target)!r} "
             f"(lock {str(_lock_path(target))!r})"
         ) from exc
     try:

@@ -4,7 +4,7 @@ It is the test double of the engine bridge, and a product feature: users test
 their own actors and collaborations against it, on any anyio backend, with no
 model and (under trio's ``MockClock(autojump_threshold=0)``) no wall time.
 
-Cache rules (those of vLLM v1, see DESIGN.md):
+Cache rules (those of vLLM v1's prefix cache, which these follow block for block):
 
 * The KV pool has ``num_blocks`` blocks of ``block_size`` tokens.
 * Only FULL blocks are cached, keyed by a chained hash
@@ -193,10 +193,15 @@ class ScriptedEngine(EngineBridge):
         """Refuse what the engine could never run: closed engine, prompt larger than the pool."""
         super().check_request(prompt, sampling)
         if not self._open:
-            raise EngineUnavailable("the ScriptedEngine is not open; use `async with ScriptedEngine()`")
+            raise EngineUnavailable(
+                "the ScriptedEngine is not open; use `async with ScriptedEngine()`"
+            )
         bs = self.block_size
         if -(-len(prompt) // bs) > self.num_blocks:
-            raise RequestRefused("prompt", f"{len(prompt)} tokens exceed the KV pool ({self.num_blocks} blocks of {bs})")
+            raise RequestRefused(
+                "prompt",
+                f"{len(prompt)} tokens exceed the KV pool ({self.num_blocks} blocks of {bs})",
+            )
         if -(-(len(prompt) + sampling.max_tokens) // bs) > self.num_blocks:
             raise RequestRefused(
                 "max_tokens",
@@ -205,7 +210,7 @@ class ScriptedEngine(EngineBridge):
             )
 
     def resident_tokens(self, handle: KVHandle) -> int:
-        """How many leading tokens of ``handle`` sit in the cache now (full blocks, no hit limit)."""
+        """How many leading tokens of ``handle`` are in the cache now (full blocks, no limit)."""
         if handle.epoch != self.epoch:
             return 0
         n = 0
@@ -288,7 +293,9 @@ class ScriptedEngine(EngineBridge):
                 continue
             need = -(-n // bs) - hits
             in_lru = sum(self._refs[h] == 0 for h in hashes[:hits])
-            running = sum(s.state == "running" and s.epoch == self.epoch for s in self._requests.values())
+            running = sum(
+                s.state == "running" and s.epoch == self.epoch for s in self._requests.values()
+            )
             if running < self.max_num_seqs and self._empty + len(self._lru) - in_lru >= need:
                 break
             await self._pause(st, event=self._pool_event())
@@ -332,7 +339,11 @@ class ScriptedEngine(EngineBridge):
         if (pos + 1) % bs == 0:
             parent = st.hashes[-1] if st.hashes else None
             block = pos // bs
-            self._cache_block(st, block, _block_hash(parent, tokens[block * bs : pos + 1], st.request.prompt.adapter))
+            self._cache_block(
+                st,
+                block,
+                _block_hash(parent, tokens[block * bs : pos + 1], st.request.prompt.adapter),
+            )
 
     def _plan(self, request: EngineRequest) -> tuple[tuple[int, ...], FinishReason]:
         """The whole output of ``request`` (ids) and how it ends."""
@@ -386,8 +397,12 @@ class ScriptedEngine(EngineBridge):
 
     def _rng(self, request: EngineRequest) -> random.Random:
         s = request.sampling
-        salt: object = s.seed if s.seed is not None else (next(self._sampled) if s.temperature > 0 else None)
-        digest = hashlib.blake2b(repr((self.seed, request.prompt.token_ids, salt)).encode(), digest_size=8)
+        salt: object = (
+            s.seed if s.seed is not None else (next(self._sampled) if s.temperature > 0 else None)
+        )
+        digest = hashlib.blake2b(
+            repr((self.seed, request.prompt.token_ids, salt)).encode(), digest_size=8
+        )
         return random.Random(int.from_bytes(digest.digest(), "big"))
 
     # -- the block pool ----------------------------------------------------------------
@@ -468,7 +483,9 @@ class ScriptedEngine(EngineBridge):
             event.set()
 
     # -- interruption ------------------------------------------------------------------
-    async def _pause(self, st: _Request, *, seconds: float = 0.0, event: anyio.Event | None = None) -> None:
+    async def _pause(
+        self, st: _Request, *, seconds: float = 0.0, event: anyio.Event | None = None
+    ) -> None:
         """Sleep or wait, woken early by an abort or the engine dying."""
         with anyio.CancelScope() as scope:
             st.scope = scope

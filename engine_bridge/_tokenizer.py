@@ -17,7 +17,6 @@ END_OF_TEXT = "<|endoftext|>"
 SPECIAL_TOKENS: tuple[str, ...] = (END_OF_TEXT, IM_START, IM_END)
 
 
-
 def _pattern(specials: Sequence[str]) -> re.Pattern[str]:
     alternatives = [re.escape(s) for s in sorted(specials, key=len, reverse=True)]
     return re.compile("|".join([*alternatives, r"[ ]?\w+|[ ]?[^\w\s]|\s"]))
@@ -32,7 +31,9 @@ class ToyTokenizer:
         specials: texts that are one token each wherever they appear.
     """
 
-    def __init__(self, words: Iterable[str] = (), *, specials: Sequence[str] = SPECIAL_TOKENS) -> None:
+    def __init__(
+        self, words: Iterable[str] = (), *, specials: Sequence[str] = SPECIAL_TOKENS
+    ) -> None:
         self._pieces: list[str] = []
         self._ids: dict[str, int] = {}
         self._pattern = _pattern(specials)

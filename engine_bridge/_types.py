@@ -30,8 +30,8 @@ class Sampling:
     """How to sample one generation (a subset of vLLM's SamplingParams that actors need).
 
     ``choices`` / ``regex`` constrain the output with the engine's structured outputs.
-    ``seed`` makes a sampled request reproducible (the bridge refuses or neutralises
-    seeds where the engine cannot honour them safely; see DESIGN.md).
+    ``seed`` makes a sampled request reproducible (on vLLM's CPU backend a seed can
+    kill the engine, so ``VLLMBridge`` refuses or ignores it: see its ``cpu_seed``).
     """
 
     max_tokens: int = attrs.field(default=256, validator=_non_negative)
@@ -108,6 +108,10 @@ class GenerationResult:
     timings: Timings
     adapter: str | None = None
     priority: int = 0
+    #: ``text`` as message content: no end-of-turn marker (the engine's chat format knows them).
+    content: str = attrs.field(
+        default=attrs.Factory(lambda self: self.text, takes_self=True), kw_only=True
+    )
 
     @property
     def computed_tokens(self) -> int:

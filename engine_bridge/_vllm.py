@@ -183,7 +183,9 @@ class VLLMBridge(EngineBridge):
         if self.max_model_len is not None:
             args["max_model_len"] = self.max_model_len
         if self.enable_lora:
-            args.update(enable_lora=True, max_lora_rank=self.max_lora_rank, max_loras=self.max_loras)
+            args.update(
+                enable_lora=True, max_lora_rank=self.max_lora_rank, max_loras=self.max_loras
+            )
         if self._is_cpu:
             args.update(dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.5)
         args.update(self.extra_engine_args)
@@ -263,7 +265,8 @@ class VLLMBridge(EngineBridge):
             self._restart_task = None
             return
         self._unavailable = EngineUnavailable(
-            f"the engine died ({cause!r}) and {self.max_restarts} restart attempts failed: {errors!r}"
+            f"the engine died ({cause!r}) and {self.max_restarts} restart attempts failed: "
+            f"{errors!r}"
         )
         self._restart_task = None
         self._ready.set()
@@ -297,7 +300,11 @@ class VLLMBridge(EngineBridge):
         if eot_text is None or eot_id is None:
             raise EngineBridgeError(f"model {self.model!r} has no end-of-turn token")
         template = ChatTemplate.from_renderer(
-            render=tok.render_chat, encode=tok.encode, eot_token_id=eot_id, eot_text=eot_text
+            render=tok.render_chat,
+            encode=tok.encode,
+            eot_token_id=eot_id,
+            eot_text=eot_text,
+            markers=tok.special_tokens,
         )
         return ChatComposer(template, self)
 
@@ -365,7 +372,9 @@ class VLLMBridge(EngineBridge):
                 text = completion.text if completion else ""
                 reason = None
                 if out.finished:
-                    reason = compat.map_finish_reason(completion.finish_reason if completion else None)
+                    reason = compat.map_finish_reason(
+                        completion.finish_reason if completion else None
+                    )
                     reason = reason or "abort"
                 yield EngineStep(ids, text, reason, cached)
                 if reason is not None:

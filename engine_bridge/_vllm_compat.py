@@ -88,6 +88,11 @@ class HFTokenizer:
         return None if value is None else str(value)
 
     @property
+    def special_tokens(self) -> tuple[str, ...]:
+        """The texts of every special token (none of them is ever message content)."""
+        return tuple(str(t) for t in self._tok.all_special_tokens)
+
+    @property
     def has_chat_template(self) -> bool:
         return bool(getattr(self._tok, "chat_template", None))
 
@@ -256,7 +261,9 @@ class StatSink:
     def observe(self, stats: Any) -> None:
         self.records += 1
         self.running = int(stats.num_running_reqs)
-        self.waiting = int(stats.num_waiting_reqs) + int(getattr(stats, "num_skipped_waiting_reqs", 0))
+        self.waiting = int(stats.num_waiting_reqs) + int(
+            getattr(stats, "num_skipped_waiting_reqs", 0)
+        )
         self.kv_cache_usage = float(stats.kv_cache_usage)
         prefix = getattr(stats, "prefix_cache_stats", None)
         if prefix is not None:

@@ -4,6 +4,7 @@ This layer knows nothing about actors or engines; ``microagent.actors`` builds
 ``tell``/``ask`` on top of it.
 """
 
+from .._public import publish as _publish
 from ._dead_letters import DeadLetter as DeadLetter
 from ._dead_letters import DeadLetterReason as DeadLetterReason
 from ._dead_letters import DeadLetters as DeadLetters
@@ -37,3 +38,5 @@ __all__ = [
     "Undeliverable",
     "next_correlation_id",
 ]
+
+_publish(globals(), __name__)

@@ -9,7 +9,6 @@ server validates with ``prepare_collaboration`` and runs ``collaborate``.
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -23,6 +22,19 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from ..collab import (
+    AgentSpec,
+    CollaborationEvent,
+    CollaborationFailed,
+    EventCallback,
+    FieldRule,
+    InvalidCollaboration,
+    Outcome,
+    PreparedCollaboration,
+    agent_field_rules,
+    collaborate,
+    prepare_collaboration,
+)
 from ..engine_bridge import (
     EngineBridge,
     EngineDied,
@@ -166,7 +178,11 @@ def create_app(
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         """OpenAI chat completions; with ``agents``, a multi-agent collaboration."""
-        kind = "collaboration" if body.agents is not None or body.collaboration is not None else "completion"
+        kind = (
+            "collaboration"
+            if body.agents is not None or body.collaboration is not None
+            else "completion"
+        )
         try:
             if body.agents is not None or body.collaboration is not None:
                 response = await _collaboration(state, body, request)
@@ -194,12 +210,16 @@ def _validation_message(errors: Sequence[Any]) -> ApiError:
         param += f"[{part}]" if isinstance(part, int) else (f".{part}" if param else str(part))
     kind = first.get("type", "")
     if kind == "json_invalid":
-        return bad_request(f"the body is not valid JSON: {first.get('msg', '')}", code="invalid_json")
+        return bad_request(
+            f"the body is not valid JSON: {first.get('msg', '')}", code="invalid_json"
+        )
     if not param:
         return bad_request(f"the body must be a JSON object: {first.get('msg', '')}")
     # strip pydantic's union branch markers ("str", "list[...]") off the path
     param = param.split(".str")[0].split(".list[")[0]
-    return bad_request(f"{param}: {first.get('msg', 'invalid value')}", param=param, code=kind or None)
+    return bad_request(
+        f"{param}: {first.get('msg', 'invalid value')}", param=param, code=kind or None
+    )
 
 
 def _engine(state: _State, name: str | None, param: str = "model") -> EngineBridge:
@@ -249,17 +269,20 @@ def _messages(body: ChatCompletionRequest) -> list[dict[str, str]]:
     return out
 
 
-def _finite(value: float | None, param: str, low: float, high: float, *, open_low: bool = False) -> None:
-    if value is None:
-        return
-    ok = math.isfinite(value) and (low < value if open_low else low <= value) and value <= high
-    if not ok:
-        bracket = "(" if open_low else "["
-        raise bad_request(f"{param} must be in {bracket}{low}, {high}], got {value}", param)
+#: The sampling bounds a request shares with an agent (``temperature``, ``top_p``).
+_AGENT_RULES = agent_field_rules()
+
+
+def _finite(value: float | None, param: str, rule: FieldRule) -> None:
+    reason = rule.problem(value)
+    if reason is not None:
+        raise bad_request(f"{param} {reason}", param)
 
 
 def _max_tokens(body: ChatCompletionRequest) -> int | None:
-    value = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    value = (
+        body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    )
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     if value is not None and value < 1:
         raise bad_request(f"{param} must be >= 1, got {value}", param)
@@ -277,8 +300,8 @@ def _stops(body: ChatCompletionRequest) -> tuple[str, ...]:
 
 
 def _check_sampling(body: ChatCompletionRequest, limits: ServerLimits) -> None:
-    _finite(body.temperature, "temperature", 0.0, 2.0)
-    _finite(body.top_p, "top_p", 0.0, 1.0, open_low=True)
+    _finite(body.temperature, "temperature", _AGENT_RULES["temperature"])
+    _finite(body.top_p, "top_p", _AGENT_RULES["top_p"])
     if not 1 <= body.n <= limits.max_n:
         raise bad_request(f"n must be in 1..{limits.max_n}, got {body.n}", "n")
     if body.seed is not None and not -(2**63) <= body.seed < 2**63:
@@ -295,7 +318,8 @@ async def _compose(bridge: EngineBridge, messages: list[dict[str, str]]) -> KVHa
         for i, m in enumerate(messages):
             if m["role"] not in roles:
                 raise bad_request(
-                    f"messages[{i}].role: role {m['role']!r} is not supported by the chat template of "
+                    f"messages[{i}].role: role {m['role']!r} is not supported by the chat "
+                    "template of "
                     f"{bridge.model!r} (supported: {sorted(roles)})",
                     f"messages[{i}].role",
                 )
@@ -307,7 +331,9 @@ async def _compose(bridge: EngineBridge, messages: list[dict[str, str]]) -> KVHa
         result: KVHandle = await anyio.to_thread.run_sync(chat.context, messages)
         return result
     except (ValueError, KeyError, TypeError) as exc:
-        raise bad_request(f"messages cannot be composed for {bridge.model!r}: {exc}", "messages") from None
+        raise bad_request(
+            f"messages cannot be composed for {bridge.model!r}: {exc}", "messages"
+        ) from None
 
 
 def _context_limit(bridge: EngineBridge) -> int | None:
@@ -362,7 +388,12 @@ def _engine_error(exc: BaseException) -> ApiError:
     if isinstance(exc, RequestRefused):
         return bad_request(str(exc), exc.field)
     if isinstance(exc, EngineDied | EngineUnavailable):
-        return ApiError(503, f"engine unavailable: {exc}", code="engine_unavailable", headers={"retry-after": "5"})
+        return ApiError(
+            503,
+            f"engine unavailable: {exc}",
+            code="engine_unavailable",
+            headers={"retry-after": "5"},
+        )
     return ApiError(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error")
 
 
@@ -482,7 +513,11 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
         limit = _context_limit(bridge)
         max_tokens = _max_tokens(body)
         if max_tokens is None:
-            max_tokens = DEFAULT_MAX_TOKENS if limit is None else max(1, min(DEFAULT_MAX_TOKENS, limit - len(prompt)))
+            max_tokens = (
+                DEFAULT_MAX_TOKENS
+                if limit is None
+                else max(1, min(DEFAULT_MAX_TOKENS, limit - len(prompt)))
+            )
         _check_length(bridge, len(prompt), max_tokens)
         try:
             sampling = Sampling(
@@ -503,7 +538,9 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
             handed = True
             return _stream_completion(state, bridge, body, prompt, sampling, stamp, release)
         try:
-            results = await _until_disconnect(request, lambda: _generate_n(bridge, prompt, sampling, body.n))
+            results = await _until_disconnect(
+                request, lambda: _generate_n(bridge, prompt, sampling, body.n)
+            )
         except _ClientGone:
             return Response(status_code=499)
         except Exception as exc:
@@ -524,7 +561,7 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
             "choices": [
                 {
                     "index": i,
-                    "message": {"role": "assistant", "content": _clean(bridge, r)},
+                    "message": {"role": "assistant", "content": r.content},
                     "logprobs": None,
                     "finish_reason": _finish_reason(r.finish_reason),
                 }
@@ -535,30 +572,9 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
     )
 
 
-def _eot(bridge: EngineBridge) -> int | None:
-    """The end-of-turn token id of ``bridge``'s chat template."""
-    chat = getattr(bridge, "chat", None)
-    eot = getattr(getattr(chat, "template", None), "eot_token_id", None)
-    return eot if isinstance(eot, int) else None
-
-
-def _clean(bridge: EngineBridge, result: GenerationResult) -> str:
-    """The completion text without the end-of-turn token the model produced."""
-    eot = _eot(bridge)
-    ids = result.output_ids
-    if eot is not None and ids and ids[-1] == eot:
-        return bridge.detokenize(ids[:-1])
-    return _strip_specials(result.text)
-
-
-def _strip_specials(text: str) -> str:
-    for special in ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>"):
-        if text.endswith(special):
-            return text[: -len(special)]
-    return text
-
-
-async def _generate_n(bridge: EngineBridge, prompt: KVHandle, sampling: Sampling, n: int) -> list[GenerationResult]:
+async def _generate_n(
+    bridge: EngineBridge, prompt: KVHandle, sampling: Sampling, n: int
+) -> list[GenerationResult]:
     results: list[GenerationResult | None] = [None] * n
     failures: list[BaseException] = []
 
@@ -592,21 +608,32 @@ def _stream_completion(
 
     def delta_item(index: int, text: str) -> StreamItem:
         return StreamItem(
-            build=lambda t: stamp.chunk([{"index": index, "delta": {"content": t}, "logprobs": None, "finish_reason": None}]),
+            build=lambda t: stamp.chunk(
+                [{"index": index, "delta": {"content": t}, "logprobs": None, "finish_reason": None}]
+            ),
             text=text,
             owner=f"choice-{index}",
             mergeable=True,
         )
 
     async def one(index: int) -> None:
-        buffer.put(_fixed(stamp.chunk([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}])))
-        eot = _eot(bridge)
+        buffer.put(
+            _fixed(
+                stamp.chunk(
+                    [
+                        {
+                            "index": index,
+                            "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ]
+                )
+            )
+        )
         async with bridge.stream(prompt, sampling) as gen:
             async for delta in gen:
-                text = delta.text
-                if eot is not None and delta.token_ids and delta.token_ids[-1] == eot:
-                    text = bridge.detokenize(delta.token_ids[:-1])
-                text = _strip_specials(text)
+                text = bridge.chat.content(delta.text)
                 if text:
                     buffer.put(delta_item(index, text))
             result = gen.result
@@ -615,7 +642,13 @@ def _stream_completion(
         totals[1] += result.cached_tokens
         totals[2] += result.completion_tokens
         reason = _finish_reason(result.finish_reason)
-        buffer.put(_fixed(stamp.chunk([{"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}])))
+        buffer.put(
+            _fixed(
+                stamp.chunk(
+                    [{"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}]
+                )
+            )
+        )
 
     async def produce(buf: EventBuffer) -> None:
         try:
@@ -647,52 +680,51 @@ def _first(exc: BaseException) -> BaseException:
 
 
 async def _collaboration(state: _State, body: ChatCompletionRequest, request: Request) -> Response:
-    from ..actors import AgentSpec, InvalidCollaboration, prepare_collaboration
-
     if body.n != 1:
         raise bad_request("n must be 1 for a collaboration", "n")
     bridge = _engine(state, body.model)
     _check_sampling(body, state.limits)
     limits = state.limits
-    specs: list[Any] = []
+    specs: list[AgentSpec] = []
     total = 0
     bridges = [bridge]
-    for i, agent in enumerate(body.agents or ()):
+    for i, raw in enumerate(body.agents or ()):
         where = f"agents[{i}]"
-        if not 1 <= agent.count <= limits.max_agents_per_spec:
+        try:  # the agent's own rules (types, bounds) are AgentSpec's: one definition
+            spec = AgentSpec.from_dict(raw)
+        except InvalidCollaboration as exc:
+            field = exc.field.replace("agents", where, 1)
+            raise bad_request(f"{field}: {exc.reason}", field) from None
+        if spec.count > limits.max_agents_per_spec:  # this server's own, tighter cap
             raise bad_request(
-                f"{where}.count must be in 1..{limits.max_agents_per_spec}, got {agent.count}", f"{where}.count"
+                f"{where}.count must be in 1..{limits.max_agents_per_spec}, got {spec.count}",
+                f"{where}.count",
             )
-        total += agent.count
+        total += spec.count
         if total > limits.max_total_agents:
             raise bad_request(
-                f"too many agents: at most {limits.max_total_agents} in total", "agents", "too_many_agents"
+                f"too many agents: at most {limits.max_total_agents} in total",
+                "agents",
+                "too_many_agents",
             )
-        target = bridge if agent.model is None else _engine(state, agent.model, f"{where}.model")
+        target = bridge if spec.model is None else _engine(state, spec.model, f"{where}.model")
         bridges.append(target)
-        if agent.adapter is not None and agent.adapter not in target.adapters:
+        if spec.adapter is not None and spec.adapter not in target.adapters:
             raise bad_request(
-                f"{where}.adapter: unknown adapter {agent.adapter!r} for model {target.model!r}; "
+                f"{where}.adapter: unknown adapter {spec.adapter!r} for model {target.model!r}; "
                 f"registered: {sorted(target.adapters)}",
                 f"{where}.adapter",
                 "adapter_not_found",
             )
-        _finite(agent.temperature, f"{where}.temperature", 0.0, 2.0)
-        _finite(agent.top_p, f"{where}.top_p", 0.0, 1.0, open_low=True)
-        if agent.max_tokens is not None and agent.max_tokens < 1:
-            raise bad_request(f"{where}.max_tokens must be >= 1", f"{where}.max_tokens")
-        data = agent.model_dump(exclude_none=True)
-        if agent.model is not None:
-            data["model"] = target.model
-        try:
-            specs.append(AgentSpec.from_dict(data))
-        except InvalidCollaboration as exc:
-            field = exc.field if exc.field.startswith("agents") else f"{where}.{exc.field}"
-            raise bad_request(f"{field}: {exc.reason}", field) from None
+        specs.append(spec if spec.model is None else attrs.evolve(spec, model=target.model))
     mode = body.collaboration.mode if body.collaboration is not None else "vote"
     options = body.collaboration_options()
     validator = options.get("validator")
-    if isinstance(validator, dict) and validator.get("type") == "python_tests" and not limits.allow_code_validators:
+    if (
+        isinstance(validator, dict)
+        and validator.get("type") == "python_tests"
+        and not limits.allow_code_validators
+    ):
         raise bad_request(
             "collaboration.validator.type: python_tests runs client code on the server and is "
             "disabled; start the server with --allow-code-validators to accept it",
@@ -701,7 +733,11 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
     try:
         prepared = prepare_collaboration(mode, specs, options, max_agents=limits.max_total_agents)
     except InvalidCollaboration as exc:
-        field = exc.field if exc.field.startswith(("collaboration", "agents")) else f"collaboration.{exc.field}"
+        field = (
+            exc.field
+            if exc.field.startswith(("collaboration", "agents"))
+            else f"collaboration.{exc.field}"
+        )
         raise bad_request(f"{field}: {exc.reason}", field) from None
     messages = _messages(body)
     release = _reserve(state, collaboration=True)
@@ -718,7 +754,9 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
             engines.setdefault(b.model, b)
         if body.stream:
             handed = True
-            return _stream_collaboration(state, bridge, engines, body, prepared, context, stamp, release)
+            return _stream_collaboration(
+                state, bridge, engines, body, prepared, context, stamp, release
+            )
         try:
             outcome = await _until_disconnect(
                 request,
@@ -732,7 +770,9 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
     return JSONResponse(collaboration_response(outcome, stamp.model, stamp.id, stamp.created))
 
 
-def collaboration_response(outcome: Any, model: str, id: str | None = None, created: int | None = None) -> dict[str, Any]:
+def collaboration_response(
+    outcome: Outcome, model: str, id: str | None = None, created: int | None = None
+) -> dict[str, Any]:
     """The ``chat.completion`` object of a finished collaboration (``Outcome``)."""
     return {
         "id": id or f"chatcmpl-{uuid.uuid4().hex}",
@@ -752,22 +792,25 @@ def collaboration_response(outcome: Any, model: str, id: str | None = None, crea
     }
 
 
-def _collab_usage(outcome: Any) -> dict[str, Any]:
+def _collab_usage(outcome: Outcome) -> dict[str, Any]:
     u = outcome.usage
-    return _usage(u.prompt_tokens, u.cached_tokens, u.completion_tokens, saved_completion_tokens=u.saved_completion_tokens)
+    return _usage(
+        u.prompt_tokens,
+        u.cached_tokens,
+        u.completion_tokens,
+        saved_completion_tokens=u.saved_completion_tokens,
+    )
 
 
 async def _run_collaboration(
     state: _State,
     bridge: EngineBridge,
     engines: Mapping[str, EngineBridge],
-    prepared: Any,
+    prepared: PreparedCollaboration,
     context: KVHandle,
-    on_event: Callable[[Any], Awaitable[None] | None] | None,
-) -> Any:
+    on_event: EventCallback | None,
+) -> Outcome:
     """Run one validated collaboration and count it; errors come out as ``ApiError``."""
-    from ..actors import CollaborationFailed, InvalidCollaboration, collaborate
-
     metrics = state.metrics
     mode = prepared.op.name
     try:
@@ -780,7 +823,9 @@ async def _run_collaboration(
         cause = exc.cause
         if isinstance(cause, EngineDied | EngineUnavailable):
             raise _engine_error(cause) from None
-        raise ApiError(500, f"collaboration failed: {exc.reason}", code="collaboration_failed") from None
+        raise ApiError(
+            500, f"collaboration failed: {exc.reason}", code="collaboration_failed"
+        ) from None
     except anyio.get_cancelled_exc_class():
         metrics.inc("microagent_collaborations_total", mode=mode, status="cancelled")
         raise
@@ -794,7 +839,9 @@ async def _run_collaboration(
     if pruned:
         metrics.inc("microagent_pruned_agents_total", pruned, mode=mode)
     u = outcome.usage
-    metrics.add_usage(u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.saved_completion_tokens)
+    metrics.add_usage(
+        u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.saved_completion_tokens
+    )
     return outcome
 
 
@@ -803,7 +850,7 @@ def _stream_collaboration(
     bridge: EngineBridge,
     engines: Mapping[str, EngineBridge],
     body: ChatCompletionRequest,
-    prepared: Any,
+    prepared: PreparedCollaboration,
     context: KVHandle,
     stamp: _Stamp,
     release: Callable[[], None],
@@ -814,10 +861,11 @@ def _stream_collaboration(
 
     def empty(event: dict[str, Any]) -> dict[str, Any]:
         return stamp.chunk(
-            [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": None}], collaboration_event=event
+            [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": None}],
+            collaboration_event=event,
         )
 
-    def on_event(event: Any) -> None:
+    def on_event(event: CollaborationEvent) -> None:
         data = event.to_dict()
         if event.type == "delta":
             agent = event.agent or ""
@@ -826,7 +874,11 @@ def _stream_collaboration(
             def build(t: str, data: dict[str, Any] = data) -> dict[str, Any]:
                 return empty({**data, "text": t})
 
-            buffer.put(StreamItem(build=build, text=text, owner=f"agent:{agent}", mergeable=True, droppable=True))
+            buffer.put(
+                StreamItem(
+                    build=build, text=text, owner=f"agent:{agent}", mergeable=True, droppable=True
+                )
+            )
             return
         if event.type == "final" and isinstance(data.get("answer"), str) and not answer_sent[0]:
             answer_sent[0] = True
@@ -834,7 +886,14 @@ def _stream_collaboration(
             buffer.put(
                 _fixed(
                     stamp.chunk(
-                        [{"index": 0, "delta": {"content": content}, "logprobs": None, "finish_reason": None}],
+                        [
+                            {
+                                "index": 0,
+                                "delta": {"content": content},
+                                "logprobs": None,
+                                "finish_reason": None,
+                            }
+                        ],
                         collaboration_event=data,
                     )
                 )
@@ -854,7 +913,16 @@ def _stream_collaboration(
         if not answer_sent[0]:
             buf.put(
                 _fixed(
-                    stamp.chunk([{"index": 0, "delta": {"content": outcome.answer}, "logprobs": None, "finish_reason": None}])
+                    stamp.chunk(
+                        [
+                            {
+                                "index": 0,
+                                "delta": {"content": outcome.answer},
+                                "logprobs": None,
+                                "finish_reason": None,
+                            }
+                        ]
+                    )
                 )
             )
         collaboration = outcome.to_dict()
@@ -874,6 +942,17 @@ def _stream_collaboration(
         buf.put(_fixed(DONE))
 
     buffer.put(
-        _fixed(stamp.chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]))
+        _fixed(
+            stamp.chunk(
+                [
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ]
+            )
+        )
     )
     return SSEResponse(produce, buffer, on_close=release)

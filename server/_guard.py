@@ -31,7 +31,11 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self.api_key is not None and scope["path"] not in _OPEN_PATHS and not self._authorized(scope):
+        if (
+            self.api_key is not None
+            and scope["path"] not in _OPEN_PATHS
+            and not self._authorized(scope)
+        ):
             await _send_error(
                 ApiError(
                     401,

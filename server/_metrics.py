@@ -46,16 +46,32 @@ class ServerMetrics:
 
     def __attrs_post_init__(self) -> None:
         for name, kind, text in (
-            ("microagent_requests_total", "counter", "Chat completion requests by kind and HTTP status."),
+            (
+                "microagent_requests_total",
+                "counter",
+                "Chat completion requests by kind and HTTP status.",
+            ),
             ("microagent_collaborations_total", "counter", "Collaborations by mode and status."),
             ("microagent_prompt_tokens_total", "counter", "Prompt tokens of every engine request."),
-            ("microagent_cached_tokens_total", "counter", "Prompt tokens served from the prefix cache."),
+            (
+                "microagent_cached_tokens_total",
+                "counter",
+                "Prompt tokens served from the prefix cache.",
+            ),
             ("microagent_completion_tokens_total", "counter", "Completion tokens generated."),
-            ("microagent_saved_completion_tokens_total", "counter", "Completion tokens avoided by pruning."),
+            (
+                "microagent_saved_completion_tokens_total",
+                "counter",
+                "Completion tokens avoided by pruning.",
+            ),
             ("microagent_early_stops_total", "counter", "Collaborations stopped early, by mode."),
             ("microagent_pruned_agents_total", "counter", "Agents pruned, by mode."),
             ("microagent_rejected_total", "counter", "Requests refused for overload, by reason."),
-            ("microagent_sse_dropped_events_total", "counter", "Stream events dropped for slow clients."),
+            (
+                "microagent_sse_dropped_events_total",
+                "counter",
+                "Stream events dropped for slow clients.",
+            ),
         ):
             self._families[name] = _Family(name, kind, text)
 
@@ -93,14 +109,36 @@ class ServerMetrics:
             waiting += stats.scheduler_waiting
             live += stats.requests_live
             per_engine.append(
-                (name, stats.scheduler_running, stats.scheduler_waiting, stats.requests_live, stats.kv_cache_usage)
+                (
+                    name,
+                    stats.scheduler_running,
+                    stats.scheduler_waiting,
+                    stats.requests_live,
+                    stats.kv_cache_usage,
+                )
             )
         gauges = (
-            ("microagent_engine_requests_running", "Requests running in the engines' schedulers.", running),
-            ("microagent_engine_requests_waiting", "Requests waiting in the engines' schedulers.", waiting),
+            (
+                "microagent_engine_requests_running",
+                "Requests running in the engines' schedulers.",
+                running,
+            ),
+            (
+                "microagent_engine_requests_waiting",
+                "Requests waiting in the engines' schedulers.",
+                waiting,
+            ),
             ("microagent_engine_requests_live", "Engine requests the bridges track as live.", live),
-            ("microagent_collaborations_running", "Collaborations in progress.", self.collaborations_running),
-            ("microagent_requests_running", "Chat completion requests in progress.", self.requests_running),
+            (
+                "microagent_collaborations_running",
+                "Collaborations in progress.",
+                self.collaborations_running,
+            ),
+            (
+                "microagent_requests_running",
+                "Chat completion requests in progress.",
+                self.requests_running,
+            ),
         )
         for name, text, total in gauges:
             lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge", f"{name} {total}"]
@@ -109,7 +147,9 @@ class ServerMetrics:
             "# TYPE microagent_engine_kv_cache_usage gauge",
         ]
         for name, _, _, _, usage in per_engine:
-            lines.append(f'microagent_engine_kv_cache_usage{{model="{_escape(name)}"}} {_number(usage)}')
+            lines.append(
+                f'microagent_engine_kv_cache_usage{{model="{_escape(name)}"}} {_number(usage)}'
+            )
         return "\n".join(lines) + "\n"
 
 

@@ -1,31 +1,30 @@
 """Request models of the HTTP API: OpenAI Chat Completions plus ``agents`` and ``collaboration``.
 
 Only requests are modelled with pydantic (they drive validation and the
-OpenAPI schema); responses are plain dicts built in ``_responses``. Types are
+OpenAPI schema); responses are plain dicts built in ``_app``. Types are
 strict — a string where a number belongs is a 400, not a silent coercion.
+An agent is not modelled here: its schema is ``AgentSpec``'s (``agent_json_schema``)
+and ``AgentSpec.from_dict`` validates it, so the two can never disagree.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from ..collab import agent_json_schema, graph_json_schema
 
-class AgentSpecModel(BaseModel):
-    """One role of a collaboration; ``count`` > 1 makes that many identical agents."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    name: str = Field(min_length=1, max_length=128)
-    count: int = 1
-    instructions: str = ""
-    adapter: str | None = None
-    model: str | None = None
-    temperature: float | None = None
-    max_tokens: int | None = None
-    top_p: float | None = None
-    role: str | None = None
+#: ``agents``: JSON objects checked by ``AgentSpec.from_dict``, documented by its schema.
+AgentList = Annotated[
+    list[dict[str, Any]],
+    WithJsonSchema(
+        {
+            "type": "array",
+            "items": {"title": "AgentSpec", **agent_json_schema()},
+        }
+    ),
+]
 
 
 class AnswerModel(BaseModel):
@@ -39,15 +38,16 @@ class AnswerModel(BaseModel):
 
 def _graph_properties(schema: dict[str, Any]) -> None:
     """Document the ``graph`` mode's fields (nodes, edges, entry, output) in the OpenAPI schema."""
-    from ..actors import graph_json_schema
-
     graph = graph_json_schema()
     props = schema.setdefault("properties", {})
     for name, sub in graph["properties"].items():
-        props.setdefault(name, {**sub, "description": f"graph mode: {name} of the collaboration graph"})
+        props.setdefault(
+            name, {**sub, "description": f"graph mode: {name} of the collaboration graph"}
+        )
     schema["description"] = (
         "How the agents collaborate; mode-specific options ride along as extra fields "
-        "(vote: style, wave; reflect: validator; cascade: verify; graph: nodes, edges, entry, output)."
+        "(vote: style, wave; reflect: validator; cascade: verify; "
+        "graph: nodes, edges, entry, output)."
     )
 
 
@@ -105,9 +105,12 @@ class ChatCompletionRequest(BaseModel):
     seed: int | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    agents: list[AgentSpecModel] | None = Field(
+    agents: AgentList | None = Field(
         default=None,
-        description="Roles of a multi-agent collaboration; without it the request is a plain chat completion.",
+        description=(
+            "Roles of a multi-agent collaboration; without it the request is a plain "
+            "chat completion."
+        ),
     )
     collaboration: CollaborationModel | None = Field(
         default=None,
@@ -125,7 +128,11 @@ class ChatCompletionRequest(BaseModel):
             if collab.answer is not None:
                 options["answer"] = collab.answer.model_dump(exclude_none=True)
             options.update(collab.model_extra or {})
-        limit = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        limit = (
+            self.max_completion_tokens
+            if self.max_completion_tokens is not None
+            else self.max_tokens
+        )
         if limit is not None:
             options.setdefault("max_tokens", limit)
         if self.temperature is not None:

@@ -149,7 +149,9 @@ class SSEResponse(Response):
 
     async def _stream(self, receive: Receive, send: Send) -> None:
         buffer = self._buffer
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
         async with anyio.create_task_group() as tg:
 
             async def watch() -> None:

@@ -7,7 +7,9 @@ from hypothesis import strategies as st
 # --- engine bridge: handles, prompts, chat ---------------------------------------
 
 #: words of chat contents: no leading/trailing whitespace (templates may trim)
-chat_words = st.sampled_from(["alpha", "beta", "gamma", "the", "plan", "is", "fine", "?", ",", "42"])
+chat_words = st.sampled_from(
+    ["alpha", "beta", "gamma", "the", "plan", "is", "fine", "?", ",", "42"]
+)
 
 
 @st.composite
@@ -20,7 +22,9 @@ def chat_texts(draw: st.DrawFn, min_words: int = 1, max_words: int = 8) -> str:
     return text
 
 
-def token_lists(lo: int = 10, hi: int = 13, min_size: int = 0, max_size: int = 9) -> st.SearchStrategy[list[int]]:
+def token_lists(
+    lo: int = 10, hi: int = 13, min_size: int = 0, max_size: int = 9
+) -> st.SearchStrategy[list[int]]:
     """Token ids from a tiny range, so that prompts share prefixes (and blocks) often."""
     return st.lists(st.integers(lo, hi), min_size=min_size, max_size=max_size)
 
@@ -109,11 +113,15 @@ VOTE_CHOICES = ("yes", "no", "maybe")
 
 
 @st.composite
-def vote_sequences(draw: st.DrawFn, *, free_text: bool = False) -> tuple[tuple[str, ...] | None, list[str]]:
+def vote_sequences(
+    draw: st.DrawFn, *, free_text: bool = False
+) -> tuple[tuple[str, ...] | None, list[str]]:
     """(choices or None, the voters' normalised answers in arrival order; "" = abstain)."""
     n = draw(st.integers(1, 11))
     if free_text:
-        pool = draw(st.lists(st.text("abc", min_size=1, max_size=2), min_size=1, max_size=4, unique=True))
+        pool = draw(
+            st.lists(st.text("abc", min_size=1, max_size=2), min_size=1, max_size=4, unique=True)
+        )
         answers = draw(st.lists(st.sampled_from([*pool, ""]), min_size=n, max_size=n))
         return None, answers
     choices = VOTE_CHOICES[: draw(st.integers(2, 3))]
@@ -149,25 +157,42 @@ def graph_dags(draw: st.DrawFn, max_nodes: int = 6) -> dict[str, object]:
     nodes = []
     for i in range(n):
         plain = [e for e in edges if e["to"] == f"n{i}" and "when" not in e]
-        nodes.append({
-            "name": f"n{i}",
-            "instructions": f"You are node N{i}.",
-            "count": draw(st.integers(1, 3)),
-            "join": len(plain) > 1 or draw(st.booleans()),
-            "max_tokens": 32,
-        })
+        nodes.append(
+            {
+                "name": f"n{i}",
+                "instructions": f"You are node N{i}.",
+                "count": draw(st.integers(1, 3)),
+                "join": len(plain) > 1 or draw(st.booleans()),
+                "max_tokens": 32,
+            }
+        )
     says_yes = draw(st.lists(st.booleans(), min_size=n, max_size=n))
-    return {"nodes": nodes, "edges": edges, "entry": "n0", "output": f"n{n - 1}", "says_yes": says_yes}
+    return {
+        "nodes": nodes,
+        "edges": edges,
+        "entry": "n0",
+        "output": f"n{n - 1}",
+        "says_yes": says_yes,
+    }
+
 
 _ = st  # keep the import when a section is empty
 
 
 # --- server: chat completion request bodies (valid-shaped and broken) --------------------
 
-_json_scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12)
+_json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)
 json_values = st.recursive(
     _json_scalars,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 
@@ -199,10 +224,16 @@ def server_agents() -> st.SearchStrategy[object]:
 
 
 def server_collaborations() -> st.SearchStrategy[object]:
-    answer = st.none() | st.fixed_dictionaries({"choices": _maybe(st.lists(st.sampled_from(["yes", "no", "", "yes"]), max_size=3))})
+    answer = st.none() | st.fixed_dictionaries(
+        {"choices": _maybe(st.lists(st.sampled_from(["yes", "no", "", "yes"]), max_size=3))}
+    )
     return _maybe(
         st.fixed_dictionaries(
-            {"mode": _maybe(st.sampled_from(["vote", "debate", "reflect", "aggregate", "cascade", "nope"]))},
+            {
+                "mode": _maybe(
+                    st.sampled_from(["vote", "debate", "reflect", "aggregate", "cascade", "nope"])
+                )
+            },
             optional={
                 "early_stop": _maybe(st.booleans()),
                 "rounds": _maybe(st.integers(-1, 20)),
@@ -214,7 +245,7 @@ def server_collaborations() -> st.SearchStrategy[object]:
 
 
 def chat_request_bodies() -> st.SearchStrategy[object]:
-    """``/v1/chat/completions`` bodies: mostly well-shaped, with wrong types and bad values mixed in."""
+    """``/v1/chat/completions`` bodies: mostly well-shaped, wrong types and bad values mixed in."""
     body = st.fixed_dictionaries(
         {"messages": server_messages()},
         optional={
@@ -226,7 +257,9 @@ def chat_request_bodies() -> st.SearchStrategy[object]:
             "seed": _maybe(st.integers(-(2**64), 2**64)),
             "stop": _maybe(st.text(max_size=3) | st.lists(st.text(max_size=3), max_size=5)),
             "stream": _maybe(st.booleans()),
-            "stream_options": _maybe(st.fixed_dictionaries({"include_usage": _maybe(st.booleans())})),
+            "stream_options": _maybe(
+                st.fixed_dictionaries({"include_usage": _maybe(st.booleans())})
+            ),
             "agents": server_agents(),
             "collaboration": server_collaborations(),
         },

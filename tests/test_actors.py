@@ -490,7 +490,9 @@ async def test_on_stop_failures_are_reported() -> None:
 class Generator(Actor):
     """Streams a long generation from the engine when told to."""
 
-    def __init__(self, started: list[str], all_started: anyio.Event | None = None, n: int = 1) -> None:
+    def __init__(
+        self, started: list[str], all_started: anyio.Event | None = None, n: int = 1
+    ) -> None:
         self.started = started
         self.all_started = all_started
         self.n = n

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hypothesis import given
-from microagent.actors._answers import Tally, all_agree, majority, normalize_answer
+from microagent.collab import Tally, all_agree, majority, normalize_answer
 from strategies import vote_sequences
 
 

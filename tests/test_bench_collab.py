@@ -97,7 +97,10 @@ def test_time_split_partitions_the_wall_time() -> None:
 
 
 def test_prompts_match_microagent() -> None:
-    from microagent.actors import _ops_aggregate, _ops_debate, _ops_reflect, _ops_vote
+    from microagent.collab.modes import _aggregate as _ops_aggregate
+    from microagent.collab.modes import _debate as _ops_debate
+    from microagent.collab.modes import _reflect as _ops_reflect
+    from microagent.collab.modes import _vote as _ops_vote
 
     assert P.ANSWER_CUE == _ops_vote.ANSWER_CUE
     assert P.DEBATE_PROMPT == _ops_debate.DEBATE_PROMPT
@@ -118,18 +121,33 @@ def test_parse_metrics_sums_label_sets() -> None:
     m = E.parse_metrics(text)
     assert m["vllm:prompt_tokens_total"] == 125.0
     assert m["vllm:prefix_cache_hits_total"] == 64.0
-    assert E.metric_delta(m, {**m, "vllm:prompt_tokens_total": 200.0})["vllm:prompt_tokens_total"] == 75.0
+    assert (
+        E.metric_delta(m, {**m, "vllm:prompt_tokens_total": 200.0})["vllm:prompt_tokens_total"]
+        == 75.0
+    )
 
 
-def _run(system: str, rep: int, wall: float, prompt: int, cached: int, answer: str) -> dict[str, object]:
+def _run(
+    system: str, rep: int, wall: float, prompt: int, cached: int, answer: str
+) -> dict[str, object]:
     run: dict[str, object] = {
-        "system": system, "workload": "vote5-direct", "rep": rep, "wall": wall, "answer": answer,
-        "prompt_tokens": prompt, "cached_tokens": cached, "completion_tokens": 10, "requests": 5,
-        "sum_prefill_s": 1.0, "sum_decode_s": 2.0,
+        "system": system,
+        "workload": "vote5-direct",
+        "rep": rep,
+        "wall": wall,
+        "answer": answer,
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "completion_tokens": 10,
+        "requests": 5,
+        "sum_prefill_s": 1.0,
+        "sum_decode_s": 2.0,
         "split": {"prefill": 0.5, "decode": 1.0, "orchestration": 0.1},
     }
     if system.startswith("microagent"):
-        run.update(ideal=500, context_tokens=480, usage={"saved_completion_tokens": 2}, early_stopped=True)
+        run.update(
+            ideal=500, context_tokens=480, usage={"saved_completion_tokens": 2}, early_stopped=True
+        )
     return run
 
 
@@ -144,13 +162,24 @@ def test_summary_tables_json_and_plots(tmp_path: Path) -> None:
             ("client-nocache", 4.0 + rep, 2500, 0, "a"),
         )
     ]
-    acc = [{"method": "single sample", "correct": 3, "n": 10, "accuracy": 0.3, "ci": [0.1, 0.6], "completion_tokens": 40.0}]
+    acc = [
+        {
+            "method": "single sample",
+            "correct": 3,
+            "n": 10,
+            "accuracy": 0.3,
+            "ci": [0.1, 0.6],
+            "completion_tokens": 40.0,
+        }
+    ]
     data = {"runs": runs, "accuracy": acc, "items": 10, "machine": {"nproc": 2}}
     summary = R.summarize(data)
     cell = summary["cells"]["vote5-direct"]["microagent"]
     assert cell["wall"] == 2.0 and cell["computed"] == 500 and cell["ideal_ratio"] == 1.0
     assert summary["cells"]["vote5-direct"]["client"]["agreement"] == [2, 3]
-    assert summary["cells"]["vote5-direct"]["microagent"]["wall_ratio_per_rep"] == pytest.approx(2 / 3)
+    assert summary["cells"]["vote5-direct"]["microagent"]["wall_ratio_per_rep"] == pytest.approx(
+        2 / 3
+    )
     met = {t["target"]: t["met"] for t in summary["targets"]}
     assert met["microagent computed prompt tokens <= 1.1 x ideal"] is True
     assert met[">= 3x fewer computed prompt tokens than client without caching (vote-5)"] is True

@@ -21,17 +21,17 @@ from strategies import chat_texts
 
 SMOLLM2 = (  # SmolLM2-Instruct's template: ChatML that injects a default system prompt
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
-    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"  # noqa: E501 (a template, verbatim)
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"  # noqa: E501 (a template, verbatim)
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 LLAMA3 = (  # Llama-3-like: a BOS prefix, header markers, trimmed contents, no newline after eot
     "{{ bos_token }}{% for message in messages %}"
-    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}"  # noqa: E501 (a template, verbatim)
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"  # noqa: E501 (a template, verbatim)
 )
 ZEPHYR = (  # Zephyr-like: <|role|> markers, the EOS as end of turn, a newline after it
-    "{% for message in messages %}{{ '<|' + message['role'] + '|>\n' + message['content'] + eos_token + '\n' }}"
+    "{% for message in messages %}{{ '<|' + message['role'] + '|>\n' + message['content'] + eos_token + '\n' }}"  # noqa: E501 (a template, verbatim)
     "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
 )
 
@@ -42,7 +42,9 @@ def jinja_renderer(source: str, **specials: str) -> Render:
     template = jinja2.Environment().from_string(source)
 
     def render(messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
-        return template.render(messages=messages, add_generation_prompt=add_generation_prompt, **specials)
+        return template.render(
+            messages=messages, add_generation_prompt=add_generation_prompt, **specials
+        )
 
     return render
 
@@ -62,7 +64,9 @@ SHAPES = [
 
 
 class Shape:
-    def __init__(self, source: str, specials: dict[str, str], tokens: tuple[str, ...], eot_text: str) -> None:
+    def __init__(
+        self, source: str, specials: dict[str, str], tokens: tuple[str, ...], eot_text: str
+    ) -> None:
         self.tok = ToyTokenizer(specials=tokens)
         self.render = jinja_renderer(source, **specials)
         self.eot = self.tok.token_id(eot_text)
@@ -105,7 +109,9 @@ def test_chatml_from_renderer_equals_builtin() -> None:
     derived = ChatTemplate.from_renderer(jinja_renderer(SMOLLM2), tok.encode, eot, "<|im_end|>")
     builtin = ChatTemplate.chatml(tok.encode, eot)
     # SmolLM2's template inserts a default system turn when none is given
-    assert tok.decode(derived.default_system).startswith("<|im_start|>system\nYou are a helpful AI assistant")
+    assert tok.decode(derived.default_system).startswith(
+        "<|im_start|>system\nYou are a helpful AI assistant"
+    )
     assert tok.decode(derived.default_system).endswith("<|im_end|>\n")
     assert attrs.evolve(derived, default_system=()) == builtin
     assert dict(derived.opens) == dict(builtin.opens)
@@ -126,7 +132,13 @@ def test_llama3_prefix_and_fragments() -> None:
 def test_extra_roles_and_unknown_roles() -> None:
     tok = ToyTokenizer()
     eot = tok.token_id("<|im_end|>")
-    t = ChatTemplate.from_renderer(jinja_renderer(SMOLLM2), tok.encode, eot, "<|im_end|>", roles=("system", "user", "assistant", "tool"))
+    t = ChatTemplate.from_renderer(
+        jinja_renderer(SMOLLM2),
+        tok.encode,
+        eot,
+        "<|im_end|>",
+        roles=("system", "user", "assistant", "tool"),
+    )
     assert tok.decode(t.open("tool")) == "<|im_start|>tool\n"
     assert t.roles == ("system", "user", "assistant", "tool")
     with pytest.raises(ValueError, match="not in the chat template"):
@@ -135,7 +147,9 @@ def test_extra_roles_and_unknown_roles() -> None:
 
 def test_a_template_that_drops_contents_is_refused() -> None:
     tok = ToyTokenizer()
-    render = jinja_renderer("{% for m in messages %}<|im_start|>{{ m['role'] }}<|im_end|>{% endfor %}")
+    render = jinja_renderer(
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}<|im_end|>{% endfor %}"
+    )
     with pytest.raises(ValueError, match="dropped"):
         ChatTemplate.from_renderer(render, tok.encode, tok.token_id("<|im_end|>"), "<|im_end|>")
 
@@ -146,7 +160,9 @@ def test_a_template_that_drops_contents_is_refused() -> None:
 @with_shapes
 @given(conv=conversations, gen=st.booleans())
 @settings(max_examples=80, deadline=None)
-def test_composition_equals_tokenized_rendering(shape: Shape, conv: tuple[str | None, list[tuple[str, str]]], gen: bool) -> None:
+def test_composition_equals_tokenized_rendering(
+    shape: Shape, conv: tuple[str | None, list[tuple[str, str]]], gen: bool
+) -> None:
     messages = _messages(conv)
     engine = _Engine(shape)
     handle = engine.chat.prompt(messages) if gen else engine.chat.context(messages)
@@ -157,11 +173,18 @@ def test_default_system_prompt_is_inserted_like_the_template_does() -> None:
     shape = Shape(*SHAPES[0][1:])  # SmolLM2: a default system turn when none is given
     engine = _Engine(shape)
     handle = engine.chat.prompt([{"role": "user", "content": "hi"}])
-    assert shape.tok.decode(handle.token_ids).startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
-    own = engine.chat.prompt([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}])
+    assert shape.tok.decode(handle.token_ids).startswith(
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM"
+    )
+    own = engine.chat.prompt(
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    )
     assert "SmolLM" not in shape.tok.decode(own.token_ids)  # a given system message replaces it
     plain = ScriptedEngine()  # the built-in ChatML template has no default system turn
-    assert plain.chat.prompt([{"role": "user", "content": "hi"}]).text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        plain.chat.prompt([{"role": "user", "content": "hi"}]).text
+        == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 # --- handles are spliced, never re-tokenized ----------------------------------------------
@@ -197,12 +220,16 @@ def test_handle_tokens_appear_unchanged_and_eot_is_never_doubled(
     assert (eot, eot) not in pairs
     # the next turn opens right after the close
     nxt = engine.chat.append(composed, "user", "next")
-    assert nxt.token_ids[len(composed) :][: len(shape.template.open("user"))] == shape.template.open("user")
+    assert nxt.token_ids[len(composed) :][
+        : len(shape.template.open("user"))
+    ] == shape.template.open("user")
 
 
 @given(conv=conversations, extra=st.lists(st.tuples(roles, chat_texts()), min_size=1, max_size=3))
 @settings(max_examples=60, deadline=None)
-def test_incremental_composition_equals_whole(conv: tuple[str | None, list[tuple[str, str]]], extra: list[tuple[str, str]]) -> None:
+def test_incremental_composition_equals_whole(
+    conv: tuple[str | None, list[tuple[str, str]]], extra: list[tuple[str, str]]
+) -> None:
     engine = ScriptedEngine()
     messages = _messages(conv)
     handle = engine.chat.context(messages)
@@ -217,7 +244,9 @@ def test_messages_may_be_attrs_or_mappings_and_handles() -> None:
     engine = ScriptedEngine()
     reply = engine.handle([*engine.tokenize("yes, it works"), engine.eot_token_id])
     a = engine.chat.context([Message("user", "does it work?"), Message("assistant", reply)])
-    b = engine.chat.context([{"role": "user", "content": "does it work?"}, {"role": "assistant", "content": reply}])
+    b = engine.chat.context(
+        [{"role": "user", "content": "does it work?"}, {"role": "assistant", "content": reply}]
+    )
     assert a == b
     assert a.text.endswith("<|im_start|>assistant\nyes, it works<|im_end|>\n")
     assert a.text.count("<|im_end|>") == 2

@@ -6,20 +6,23 @@ from collections.abc import Sequence
 
 import anyio
 import pytest
-from microagent.actors import (
+from microagent.collab import (
     AgentSpec,
     CollaborationContext,
     CollaborationEvent,
     CollaborationFailed,
     CollaborationOp,
     InvalidCollaboration,
+    ModeConfig,
+    ModeRegistry,
+    ModeResult,
     Turn,
     collaborate,
     collaboration_modes,
     prepare_collaboration,
     register_mode,
+    unregister_mode,
 )
-from microagent.actors._collab import unregister_mode
 from microagent.engine_bridge import EngineRequest, ScriptedEngine
 
 pytestmark = pytest.mark.anyio
@@ -56,8 +59,14 @@ async def test_vote_direct_majority_and_early_stop() -> None:
     async with ScriptedEngine(script=script, decode_time_per_token=0.01) as engine:
         events: list[CollaborationEvent] = []
         outcome = await collaborate(
-            engine, "vote", CONTEXT, [AgentSpec("voter", count=5)],
-            answer={"choices": ["yes", "no"]}, style="direct", max_tokens=8, on_event=events.append,
+            engine,
+            "vote",
+            CONTEXT,
+            [AgentSpec("voter", count=5)],
+            answer={"choices": ["yes", "no"]},
+            style="direct",
+            max_tokens=8,
+            on_event=events.append,
         )
         assert outcome.answer == "yes"
         assert outcome.votes is not None and outcome.votes["yes"] == 3
@@ -75,10 +84,17 @@ async def test_vote_early_stop_prunes_and_aborts() -> None:
             return "yes"
         return None
 
-    async with ScriptedEngine(script=script, decode_time_per_token=0.05, max_num_seqs=3, reply_words=(30, 30)) as engine:
+    async with ScriptedEngine(
+        script=script, decode_time_per_token=0.05, max_num_seqs=3, reply_words=(30, 30)
+    ) as engine:
         outcome = await collaborate(
-            engine, "vote", CONTEXT, [AgentSpec("voter", count=5)],
-            answer={"choices": ["yes", "no"]}, style="reason", max_tokens=64,
+            engine,
+            "vote",
+            CONTEXT,
+            [AgentSpec("voter", count=5)],
+            answer={"choices": ["yes", "no"]},
+            style="reason",
+            max_tokens=64,
         )
         assert outcome.answer == "yes"
         assert outcome.early_stopped
@@ -93,8 +109,14 @@ async def test_vote_early_stop_prunes_and_aborts() -> None:
 async def test_reason_then_answer_hits_cache_on_reasoning() -> None:
     async with ScriptedEngine(script=reply_by_agent({}, "no"), block_size=16) as engine:
         outcome = await collaborate(
-            engine, "vote", CONTEXT, [AgentSpec("voter", count=3)],
-            answer={"choices": ["yes", "no"]}, style="reason", max_tokens=64, early_stop=False,
+            engine,
+            "vote",
+            CONTEXT,
+            [AgentSpec("voter", count=3)],
+            answer={"choices": ["yes", "no"]},
+            style="reason",
+            max_tokens=64,
+            early_stop=False,
         )
         assert outcome.answer == "no"
         # every voter made two requests; the answer step re-used its reasoning from cache
@@ -107,20 +129,34 @@ async def test_reason_then_answer_hits_cache_on_reasoning() -> None:
 async def test_debate_threads_are_append_only_and_cached() -> None:
     async with ScriptedEngine(block_size=16) as engine:
         events: list[CollaborationEvent] = []
-        outcome = await collaborate(engine, "debate", CONTEXT, [AgentSpec("debater", count=3)], rounds=2, max_tokens=32, on_event=events.append)
+        outcome = await collaborate(
+            engine,
+            "debate",
+            CONTEXT,
+            [AgentSpec("debater", count=3)],
+            rounds=2,
+            max_tokens=32,
+            on_event=events.append,
+        )
         assert outcome.rounds in (1, 2)
         assert [e for e in events if e.type == "round"]
         if outcome.rounds == 2:
             round2 = [r for r in engine.history if r.priority == -2]
             assert len(round2) == 3
             for req in round2:  # each round-2 prompt extends that agent's own round-1 handle
-                assert any(prev.prompt.is_prefix_of(req.prompt) for prev in engine.history if prev.priority == -1)
+                assert any(
+                    prev.prompt.is_prefix_of(req.prompt)
+                    for prev in engine.history
+                    if prev.priority == -1
+                )
         assert engine.live_requests() == frozenset()
 
 
 async def test_debate_stops_when_all_agree() -> None:
     async with ScriptedEngine(script=lambda p, r: "Answer: 4") as engine:
-        outcome = await collaborate(engine, "debate", "What is 2+2?", [AgentSpec("d", count=3)], rounds=3)
+        outcome = await collaborate(
+            engine, "debate", "What is 2+2?", [AgentSpec("d", count=3)], rounds=3
+        )
         assert outcome.rounds == 1 and outcome.early_stopped
         assert "4" in outcome.answer
 
@@ -130,20 +166,35 @@ async def test_reflect_with_validator_repairs_output() -> None:
 
     async with ScriptedEngine(script=lambda p, r: next(replies)) as engine:
         outcome = await collaborate(
-            engine, "reflect", "Give JSON with a string name.", None,
-            validator={"type": "json_schema", "schema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}},
+            engine,
+            "reflect",
+            "Give JSON with a string name.",
+            None,
+            validator={
+                "type": "json_schema",
+                "schema": {
+                    "type": "object",
+                    "properties": {"name": {"type": "string"}},
+                    "required": ["name"],
+                },
+            },
             rounds=3,
         )
         assert outcome.answer == '{"name": "ok"}'
-        assert outcome.extra["valid"] is True
+        assert outcome.details["valid"] is True
         assert outcome.rounds == 2
 
 
 async def test_aggregate_splices_proposals() -> None:
     async with ScriptedEngine() as engine:
         outcome = await collaborate(
-            engine, "aggregate", CONTEXT,
-            [AgentSpec("p", count=3, instructions="Propose."), AgentSpec("aggregator", role="aggregator")],
+            engine,
+            "aggregate",
+            CONTEXT,
+            [
+                AgentSpec("p", count=3, instructions="Propose."),
+                AgentSpec("aggregator", role="aggregator"),
+            ],
         )
         roles = [a.role for a in outcome.agents]
         assert roles.count("proposer") == 3 and roles.count("aggregator") == 1
@@ -154,16 +205,29 @@ async def test_aggregate_splices_proposals() -> None:
 
 
 async def test_cascade_escalates_only_on_disagreement() -> None:
-    async with ScriptedEngine(model="small", script=lambda p, r: "Answer: 7") as small, ScriptedEngine(model="large", script=lambda p, r: "ACCEPT") as large:
-        agents = [AgentSpec("drafter", count=2), AgentSpec("verifier", model="large", role="verifier")]
-        outcome = await collaborate(small, "cascade", "What is 3+4?", agents, engines={"large": large})
-        assert outcome.extra["escalated"] is False
+    async with (
+        ScriptedEngine(model="small", script=lambda p, r: "Answer: 7") as small,
+        ScriptedEngine(model="large", script=lambda p, r: "ACCEPT") as large,
+    ):
+        agents = [
+            AgentSpec("drafter", count=2),
+            AgentSpec("verifier", model="large", role="verifier"),
+        ]
+        outcome = await collaborate(
+            small, "cascade", "What is 3+4?", agents, engines={"large": large}
+        )
+        assert outcome.details["escalated"] is False
         assert large.history == []
     answers = iter(["Answer: 7", "Answer: 8"])
-    async with ScriptedEngine(model="small", script=lambda p, r: next(answers)) as small, ScriptedEngine(model="large", script=lambda p, r: "ACCEPT") as large:
-        outcome = await collaborate(small, "cascade", "What is 3+4?", agents, engines={"large": large})
-        assert outcome.extra["escalated"] is True
-        assert outcome.extra["verdict"] == "accepted"
+    async with (
+        ScriptedEngine(model="small", script=lambda p, r: next(answers)) as small,
+        ScriptedEngine(model="large", script=lambda p, r: "ACCEPT") as large,
+    ):
+        outcome = await collaborate(
+            small, "cascade", "What is 3+4?", agents, engines={"large": large}
+        )
+        assert outcome.details["escalated"] is True
+        assert outcome.details["verdict"] == "accepted"
         assert len(large.history) == 1
 
 
@@ -183,7 +247,9 @@ async def test_cascade_escalates_only_on_disagreement() -> None:
         ("reflect", None, {"validator": {"type": "nope"}}, "collaboration.validator.type"),
     ],
 )
-async def test_invalid_collaborations_name_the_field(mode: str, agents: object, options: dict[str, object], field: str) -> None:
+async def test_invalid_collaborations_name_the_field(
+    mode: str, agents: object, options: dict[str, object], field: str
+) -> None:
     with pytest.raises(InvalidCollaboration) as info:
         prepare_collaboration(mode, agents, options)  # type: ignore[arg-type]
     assert info.value.field == field, str(info.value)
@@ -197,27 +263,38 @@ async def test_unknown_adapter_and_model_are_invalid() -> None:
             await collaborate(engine, "vote", CONTEXT, [{"name": "v", "model": "missing"}])
 
 
-class BestOfN(CollaborationOp):
+class BestOfN(CollaborationOp[ModeConfig]):
     """A custom mode written against the public API: N candidates, a judge picks one."""
 
     name = "best_of_n"
     default_agents = (AgentSpec("candidate", count=3), AgentSpec("judge"))
 
-    async def run(self, ctx: CollaborationContext) -> str:
+    async def run(self, ctx: CollaborationContext[ModeConfig]) -> ModeResult:
         *candidate_specs, judge_spec = ctx.agents
         candidates = await ctx.spawn_all(candidate_specs, role="candidate")
         judge = await ctx.spawn("judge", judge_spec, role="judge")
         outputs = {}
         async with anyio.create_task_group() as tg:
             for c in candidates:
+
                 async def one(c=c) -> None:  # type: ignore[no-untyped-def]
-                    outputs[c.agent] = await ctx.turn(c, Turn(ctx.prompt(c.spec), ctx.sampling(c.spec)))
+                    outputs[c.agent] = await ctx.turn(
+                        c, Turn(ctx.prompt(c.spec), ctx.sampling(c.spec))
+                    )
+
                 tg.start_soon(one)
         parts: list[object] = []
         for name in sorted(outputs):
             parts += [f"Candidate {name}: ", outputs[name].result.output]
-        pick = await ctx.turn(judge, Turn(ctx.prompt(judge_spec, parts=parts, instructions="Pick the best."), ctx.sampling(judge_spec), priority=-1))
-        return pick.text
+        pick = await ctx.turn(
+            judge,
+            Turn(
+                ctx.prompt(judge_spec, parts=parts, instructions="Pick the best."),
+                ctx.sampling(judge_spec),
+                priority=-1,
+            ),
+        )
+        return ModeResult(answer=pick.content, details={"candidates": sorted(outputs)})
 
 
 async def test_custom_mode_registered_by_name() -> None:
@@ -229,18 +306,29 @@ async def test_custom_mode_registered_by_name() -> None:
             assert outcome.mode == "best_of_n"
             assert [a.role for a in outcome.agents] == ["candidate"] * 3 + ["judge"]
             assert outcome.answer
+            assert outcome.details == {"candidates": ["candidate-1", "candidate-2", "candidate-3"]}
     finally:
         unregister_mode("best_of_n")
 
 
+async def test_a_registry_of_your_own_leaves_the_default_alone() -> None:
+    registry = ModeRegistry([BestOfN])
+    assert registry.names() == ["best_of_n"] and "best_of_n" not in collaboration_modes()
+    async with ScriptedEngine() as engine:
+        outcome = await collaborate(engine, "best_of_n", CONTEXT, registry=registry)
+        assert outcome.mode == "best_of_n"
+        with pytest.raises(InvalidCollaboration, match="unknown mode 'vote'"):
+            await collaborate(engine, "vote", CONTEXT, registry=registry)
+
+
 async def test_role_failure_is_a_clear_error_never_a_hang() -> None:
-    class Boom(CollaborationOp):
+    class Boom(CollaborationOp[ModeConfig]):
         name = "boom"
 
-        async def run(self, ctx: CollaborationContext) -> str:
+        async def run(self, ctx: CollaborationContext[ModeConfig]) -> ModeResult:
             (role,) = await ctx.spawn_all([AgentSpec("a")])
             await ctx.turn(role, Turn(ctx.prompt(role.spec), ctx.sampling(role.spec)))
-            return "unreachable"
+            return ModeResult(answer="unreachable")
 
     async with ScriptedEngine() as engine:
         engine.fail_next("boom")
@@ -259,7 +347,16 @@ async def test_cancelling_a_collaboration_leaves_no_live_requests() -> None:
                 started.set()
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: collaborate(engine, "debate", CONTEXT, [AgentSpec("d", count=3)], max_tokens=256, on_event=on_event))
+            tg.start_soon(
+                lambda: collaborate(
+                    engine,
+                    "debate",
+                    CONTEXT,
+                    [AgentSpec("d", count=3)],
+                    max_tokens=256,
+                    on_event=on_event,
+                )
+            )
             await started.wait()
             assert engine.live_requests()
             tg.cancel_scope.cancel()

@@ -14,7 +14,8 @@ import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from microagent.actors import AgentSpec, CollaborationEvent, Runtime, collaborate
+from microagent.actors import Runtime
+from microagent.collab import AgentSpec, CollaborationEvent, collaborate
 from microagent.engine_bridge import EngineRequest, ScriptedEngine
 
 CHOICES = ("yes", "no", "maybe")
@@ -66,8 +67,16 @@ def test_early_stopped_vote_equals_full_vote(case: tuple[list[str], list[int], i
             engine = engine_for(answers, lengths)
             async with engine, Runtime(engine=engine) as rt:
                 outcome = await collaborate(
-                    engine, "vote", "Decide.", voters(len(answers)), runtime=rt,
-                    answer={"choices": choices}, style="reason", early_stop=early, wave=wave, max_tokens=64,
+                    engine,
+                    "vote",
+                    "Decide.",
+                    voters(len(answers)),
+                    runtime=rt,
+                    answer={"choices": choices},
+                    style="reason",
+                    early_stop=early,
+                    wave=wave,
+                    max_tokens=64,
                 )
                 results[early] = outcome
                 # no engine request and no actor survives the collaboration
@@ -94,12 +103,22 @@ def test_early_stopped_vote_equals_full_vote(case: tuple[list[str], list[int], i
 
 @settings(max_examples=25, deadline=None)
 @given(st.integers(2, 5), st.integers(1, 3), st.floats(0.01, 2.0))
-def test_cancelling_from_outside_leaves_nothing_running(agents: int, rounds: int, after: float) -> None:
+def test_cancelling_from_outside_leaves_nothing_running(
+    agents: int, rounds: int, after: float
+) -> None:
     async def main() -> None:
         engine = ScriptedEngine(decode_time_per_token=0.01, reply_words=(20, 60))
         async with engine, Runtime(engine=engine) as rt:
             with anyio.move_on_after(after):
-                await collaborate(engine, "debate", "Argue.", [AgentSpec("d", count=agents)], runtime=rt, rounds=rounds, early_stop=False)
+                await collaborate(
+                    engine,
+                    "debate",
+                    "Argue.",
+                    [AgentSpec("d", count=agents)],
+                    runtime=rt,
+                    rounds=rounds,
+                    early_stop=False,
+                )
             assert engine.live_requests() == frozenset()
             assert await engine.wait_idle(5)
             assert rt.actors() == []
@@ -114,7 +133,15 @@ def test_roles_exchange_handles_through_mailboxes() -> None:
         engine = ScriptedEngine()
         events: list[CollaborationEvent] = []
         async with engine:
-            outcome = await collaborate(engine, "debate", "Argue.", [AgentSpec("d", count=3)], rounds=2, early_stop=False, on_event=events.append)
+            outcome = await collaborate(
+                engine,
+                "debate",
+                "Argue.",
+                [AgentSpec("d", count=3)],
+                rounds=2,
+                early_stop=False,
+                on_event=events.append,
+            )
         for agent in outcome.agents:
             assert agent.messages == agent.requests == 2
         assert [e.type for e in events].count("round") == 2

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from _engine import RealEngine
-from microagent.actors import AgentSpec, CollaborationEvent, Outcome, collaborate
+from microagent.collab import AgentSpec, CollaborationEvent, Outcome, collaborate
 from microagent.engine_bridge import VLLMBridge
 
 pytestmark = pytest.mark.engine
@@ -21,16 +21,24 @@ pytestmark = pytest.mark.engine
 SOURCE = (Path(__file__).parent.parent / "demos" / "data" / "inventory.py").read_text()
 CONTEXT = [
     {"role": "system", "content": "You are a careful Python reviewer. Be brief."},
-    {"role": "user", "content": f"```python\n{SOURCE}\n```\nDoes reserve() reject a reservation of exactly the available units?"},
+    {
+        "role": "user",
+        "content": f"```python\n{SOURCE}\n```\n"
+        "Does reserve() reject a reservation of exactly the available units?",
+    },
 ]
 HANDOFF_LABELS = {"answer", "critique", "revise", "aggregate", "round 2", "verify"}
 
 
-def run(real_engine: RealEngine, mode: str, agents: list[AgentSpec] | None = None, **options: Any) -> tuple[Outcome, list[CollaborationEvent]]:
+def run(
+    real_engine: RealEngine, mode: str, agents: list[AgentSpec] | None = None, **options: Any
+) -> tuple[Outcome, list[CollaborationEvent]]:
     events: list[CollaborationEvent] = []
 
     async def go() -> Outcome:
-        return await collaborate(real_engine.bridge, mode, CONTEXT, agents, on_event=events.append, **options)
+        return await collaborate(
+            real_engine.bridge, mode, CONTEXT, agents, on_event=events.append, **options
+        )
 
     outcome = real_engine.call(go)
     real_engine.assert_idle()
@@ -38,9 +46,15 @@ def run(real_engine: RealEngine, mode: str, agents: list[AgentSpec] | None = Non
 
 
 def check_handoffs(events: list[CollaborationEvent], expected_labels: set[str]) -> None:
-    finished = [e for e in events if e.type == "agent_finished" and e.data.get("finish_reason") in ("stop", "length")]
+    finished = [
+        e
+        for e in events
+        if e.type == "agent_finished" and e.data.get("finish_reason") in ("stop", "length")
+    ]
     handoffs = [e for e in finished if e.data.get("label") in HANDOFF_LABELS]
-    assert {e.data["label"] for e in handoffs} >= expected_labels, [e.data.get("label") for e in finished]
+    assert {e.data["label"] for e in handoffs} >= expected_labels, [
+        e.data.get("label") for e in finished
+    ]
     for e in handoffs:
         data = e.data
         assert data["expected_cached_tokens"] >= 128, data  # it extends a resident handle
@@ -53,8 +67,13 @@ def check_handoffs(events: list[CollaborationEvent], expected_labels: set[str]) 
 
 def test_vote_reason_then_answer(real_engine: RealEngine) -> None:
     outcome, events = run(
-        real_engine, "vote", [AgentSpec("voter", count=3)],
-        answer={"choices": ["yes", "no"]}, style="reason", max_tokens=48, early_stop=False,
+        real_engine,
+        "vote",
+        [AgentSpec("voter", count=3)],
+        answer={"choices": ["yes", "no"]},
+        style="reason",
+        max_tokens=48,
+        early_stop=False,
     )
     assert outcome.answer in ("yes", "no")
     assert outcome.votes is not None and sum(outcome.votes.values()) <= 3
@@ -66,11 +85,18 @@ def test_vote_early_stop_aborts_running_voters(real_engine: RealEngine) -> None:
     agents = [AgentSpec("fast", count=3, max_tokens=8), AgentSpec("slow", count=2, max_tokens=400)]
     aborted_before = real_engine.bridge.stats().requests_aborted
     outcome, events = run(
-        real_engine, "vote", agents, answer={"choices": ["yes", "no"]}, style="reason", temperature=0.0,
+        real_engine,
+        "vote",
+        agents,
+        answer={"choices": ["yes", "no"]},
+        style="reason",
+        temperature=0.0,
     )
     assert outcome.early_stopped
     slow = [a for a in outcome.agents if a.name.startswith("slow")]
-    assert all(a.finish_reason == "pruned" for a in slow), [(a.name, a.finish_reason) for a in outcome.agents]
+    assert all(a.finish_reason == "pruned" for a in slow), [
+        (a.name, a.finish_reason) for a in outcome.agents
+    ]
     assert all(a.completion_tokens < 400 for a in slow)  # stopped mid-generation
     assert real_engine.bridge.stats().requests_aborted >= aborted_before + 2
     assert [e.agent for e in events if e.type == "pruned"]
@@ -79,8 +105,14 @@ def test_vote_early_stop_aborts_running_voters(real_engine: RealEngine) -> None:
 
 def test_vote_waves_never_start_unneeded_voters(real_engine: RealEngine) -> None:
     outcome, _ = run(
-        real_engine, "vote", [AgentSpec("voter", count=5)],
-        answer={"choices": ["yes", "no"]}, style="direct", max_tokens=4, temperature=0.0, wave=3,
+        real_engine,
+        "vote",
+        [AgentSpec("voter", count=5)],
+        answer={"choices": ["yes", "no"]},
+        style="direct",
+        max_tokens=4,
+        temperature=0.0,
+        wave=3,
     )
     assert outcome.early_stopped  # greedy voters agree: decided after the first wave
     unstarted = [a for a in outcome.agents if a.finish_reason == "pruned" and a.requests == 0]
@@ -88,23 +120,37 @@ def test_vote_waves_never_start_unneeded_voters(real_engine: RealEngine) -> None
 
 
 def test_debate_two_rounds(real_engine: RealEngine) -> None:
-    outcome, events = run(real_engine, "debate", [AgentSpec("debater", count=3)], rounds=2, max_tokens=32, early_stop=False)
+    outcome, events = run(
+        real_engine,
+        "debate",
+        [AgentSpec("debater", count=3)],
+        rounds=2,
+        max_tokens=32,
+        early_stop=False,
+    )
     assert outcome.rounds == 2
     check_handoffs(events, {"round 2"})
 
 
 def test_reflect_with_validator(real_engine: RealEngine) -> None:
     outcome, events = run(
-        real_engine, "reflect", None, rounds=2, max_tokens=40,
+        real_engine,
+        "reflect",
+        None,
+        rounds=2,
+        max_tokens=40,
         validator={"type": "json_schema", "schema": {"type": "object", "required": ["bug"]}},
     )
     assert outcome.answer
-    assert "valid" in outcome.extra
+    assert "valid" in outcome.details
     check_handoffs(events, {"critique"})
 
 
 def test_aggregate(real_engine: RealEngine) -> None:
-    agents = [AgentSpec("proposer", count=2, instructions="Propose a fix."), AgentSpec("aggregator", role="aggregator")]
+    agents = [
+        AgentSpec("proposer", count=2, instructions="Propose a fix."),
+        AgentSpec("aggregator", role="aggregator"),
+    ]
     outcome, events = run(real_engine, "aggregate", agents, max_tokens=40)
     assert outcome.answer
     check_handoffs(events, {"aggregate"})
@@ -112,8 +158,14 @@ def test_aggregate(real_engine: RealEngine) -> None:
 
 def test_lora_role_runs_under_its_adapter(real_engine: RealEngine) -> None:
     # a shorter context: LoRA prefill is several times slower than the base model's on CPU
-    context = [{"role": "user", "content": SOURCE[:2400] + "\nSummarise this code in one sentence."}]
-    agents = [AgentSpec("plain"), AgentSpec("tuned", adapter="lora-a"), AgentSpec("aggregator", role="aggregator")]
+    context = [
+        {"role": "user", "content": SOURCE[:2400] + "\nSummarise this code in one sentence."}
+    ]
+    agents = [
+        AgentSpec("plain"),
+        AgentSpec("tuned", adapter="lora-a"),
+        AgentSpec("aggregator", role="aggregator"),
+    ]
 
     async def go() -> Outcome:
         return await collaborate(real_engine.bridge, "aggregate", context, agents, max_tokens=16)
@@ -132,19 +184,29 @@ def test_cascade_across_two_engines(real_engine: RealEngine) -> None:
     """Two engines in one process (the same weights under two names)."""
 
     async def go() -> tuple[Outcome, bool]:
-        async with VLLMBridge("default", served_name="large", max_num_seqs=4, progress=False) as large:
-            agents = [AgentSpec("drafter", count=2, temperature=1.0), AgentSpec("verifier", model="large", role="verifier")]
+        async with VLLMBridge(
+            "default", served_name="large", max_num_seqs=4, progress=False
+        ) as large:
+            agents = [
+                AgentSpec("drafter", count=2, temperature=1.0),
+                AgentSpec("verifier", model="large", role="verifier"),
+            ]
             outcome = await collaborate(
-                real_engine.bridge, "cascade", CONTEXT, agents, engines={"large": large},
-                verify="always", max_tokens=24,
+                real_engine.bridge,
+                "cascade",
+                CONTEXT,
+                agents,
+                engines={"large": large},
+                verify="always",
+                max_tokens=24,
             )
             idle = await large.wait_idle(5)
             return outcome, idle
 
     outcome, idle = real_engine.call(go)
     assert idle
-    assert outcome.extra["escalated"] is True
-    assert outcome.extra["retokenized"] is False  # same tokenizer: token ids crossed as they are
+    assert outcome.details["escalated"] is True
+    assert outcome.details["retokenized"] is False  # same tokenizer: token ids crossed as they are
     verifier = next(a for a in outcome.agents if a.role == "verifier")
     assert verifier.model == "large" and verifier.completion_tokens > 0
     real_engine.assert_idle()
@@ -158,13 +220,17 @@ def test_graph_planner_coders_reviewer_loop(real_engine: RealEngine) -> None:
 
     async def go() -> Outcome:
         return await collaborate(
-            real_engine.bridge, "graph", "Write a Python function is_even(n).", graph=review_graph(2),
-            max_tokens=24, on_event=events.append,
+            real_engine.bridge,
+            "graph",
+            "Write a Python function is_even(n).",
+            graph=review_graph(2),
+            max_tokens=24,
+            on_event=events.append,
         )
 
     outcome = real_engine.call(go)
     real_engine.assert_idle()
-    nodes = outcome.extra["graph"]["nodes"]
+    nodes = outcome.details["nodes"]
     assert nodes["planner"]["iterations"] == 1
     assert 1 <= nodes["coder"]["iterations"] <= 3  # the first run + at most 2 loops
     assert nodes["coder"]["iterations"] == nodes["reviewer"]["iterations"]
@@ -173,5 +239,7 @@ def test_graph_planner_coders_reviewer_loop(real_engine: RealEngine) -> None:
     names = {e.data.get("node") for e in events if e.type == "node_finished"}
     assert {"planner", "coder", "reviewer", "final"} <= names
     # the coders' hand-off from the planner is served from cache
-    coder_turns = [e for e in events if e.type == "agent_finished" and str(e.agent).startswith("coder")]
+    coder_turns = [
+        e for e in events if e.type == "agent_finished" and str(e.agent).startswith("coder")
+    ]
     assert coder_turns and all(not e.data["cache_miss"] for e in coder_turns)

@@ -35,8 +35,10 @@ def test_code_review(real_engine: RealEngine) -> None:
     demo = load("code_review")
     source = (DEMOS / "data" / "inventory.py").read_text()
     events: list[CollaborationEvent] = []
-    outcome: Outcome = real_engine.call(lambda: demo.review(real_engine.bridge, source, on_event=events.append, max_tokens=48))
-    assert outcome.extra["decision"] in ("yes", "no")
+    outcome: Outcome = real_engine.call(
+        lambda: demo.review(real_engine.bridge, source, on_event=events.append, max_tokens=48)
+    )
+    assert outcome.details["decision"] in ("yes", "no")
     assert outcome.answer  # the aggregator's review
     roles = [a.role for a in outcome.agents]
     assert roles.count("voter") == 3 and roles.count("aggregator") == 1
@@ -49,7 +51,9 @@ def test_code_review(real_engine: RealEngine) -> None:
 def test_debate_math(real_engine: RealEngine) -> None:
     demo = load("debate_math")
     problem, _ = demo.PROBLEMS[0]
-    outcome: Outcome = real_engine.call(lambda: demo.solve(real_engine.bridge, problem, max_tokens=32))
+    outcome: Outcome = real_engine.call(
+        lambda: demo.solve(real_engine.bridge, problem, max_tokens=32)
+    )
     assert outcome.mode == "debate" and outcome.answer
     assert 1 <= outcome.rounds <= 2
     real_engine.assert_idle()
@@ -57,9 +61,11 @@ def test_debate_math(real_engine: RealEngine) -> None:
 
 def test_reflect_json(real_engine: RealEngine) -> None:
     demo = load("reflect_json")
-    outcome: Outcome = real_engine.call(lambda: demo.extract(real_engine.bridge, rounds=2, max_tokens=48))
-    assert "valid" in outcome.extra
-    history = outcome.extra["history"]
+    outcome: Outcome = real_engine.call(
+        lambda: demo.extract(real_engine.bridge, rounds=2, max_tokens=48)
+    )
+    assert "valid" in outcome.details
+    history = outcome.details["history"]
     assert history and all("valid" in step for step in history)
     real_engine.assert_idle()
 
@@ -67,11 +73,13 @@ def test_reflect_json(real_engine: RealEngine) -> None:
 def test_custom_mode(real_engine: RealEngine) -> None:
     demo = load("custom_mode")
     events: list[CollaborationEvent] = []
-    outcome: Outcome = real_engine.call(lambda: demo.run(real_engine.bridge, "What is 17 * 3?", on_event=events.append))
+    outcome: Outcome = real_engine.call(
+        lambda: demo.run(real_engine.bridge, "What is 17 * 3?", on_event=events.append)
+    )
     assert outcome.mode == "solve_and_check"
     checked = [e for e in events if e.type == "checked"]
     assert checked  # the custom Checker actor answered through its mailbox
-    if outcome.extra["verified"]:
+    if outcome.details["verified"]:
         assert outcome.answer.strip().endswith("51")
     real_engine.assert_idle()
 
@@ -112,7 +120,7 @@ def test_embed_fastapi(real_engine: RealEngine) -> None:
 def test_graph_review(real_engine: RealEngine) -> None:
     demo = load("graph_review")
     outcome: Outcome = real_engine.call(lambda: demo.review(real_engine.bridge, max_tokens=24))
-    nodes = outcome.extra["graph"]["nodes"]
+    nodes = outcome.details["nodes"]
     assert nodes["planner"]["iterations"] == 1 and nodes["final"]["iterations"] == 1
     assert outcome.answer
     real_engine.assert_idle()
@@ -125,11 +133,17 @@ def test_openai_client(real_engine: RealEngine) -> None:
 
     demo = load("openai_client")
     bridge = real_engine.bridge
-    with live_server(lambda: {bridge.model: bridge}, portal=real_engine.portal, open_engines=False) as srv:
+    with live_server(
+        lambda: {bridge.model: bridge}, portal=real_engine.portal, open_engines=False
+    ) as srv:
         client = OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0, timeout=300)
         answer, events = demo.stream_debate(client, bridge.model, "What is 6 + 7?", max_tokens=16)
     assert answer
     types = {e["type"] for e in events}
     assert {"agent_started", "delta", "agent_finished", "final"} <= types
-    assert {e["agent"] for e in events if e["type"] == "agent_started"} >= {"debater-1", "debater-2", "debater-3"}
+    assert {e["agent"] for e in events if e["type"] == "agent_started"} >= {
+        "debater-1",
+        "debater-2",
+        "debater-3",
+    }
     real_engine.assert_idle()

@@ -26,7 +26,7 @@ import attrs
 import microagent
 import microagent.engine_bridge
 import pytest
-from microagent.actors import collaboration_modes, unregister_mode
+from microagent.collab import collaboration_modes, unregister_mode
 
 if TYPE_CHECKING:
     from _engine import RealEngine
@@ -79,7 +79,7 @@ class Block:
 
 
 def parse_blocks(path: Path, text: str) -> list[Block]:
-    """Every fenced block of ``text`` (CommonMark fences: ``` or ~~~, closed by a longer-or-equal run)."""
+    """Every fenced block of ``text`` (CommonMark: ``` or ~~~, closed by a longer-or-equal run)."""
     blocks: list[Block] = []
     lines = text.splitlines()
     i = 0
@@ -94,7 +94,12 @@ def parse_blocks(path: Path, text: str) -> list[Block]:
         i += 1
         while i < len(lines):
             close = _FENCE.match(lines[i])
-            if close is not None and close["fence"][0] == fence[0] and len(close["fence"]) >= len(fence) and not close["info"].strip():
+            if (
+                close is not None
+                and close["fence"][0] == fence[0]
+                and len(close["fence"]) >= len(fence)
+                and not close["info"].strip()
+            ):
                 break
             body.append(lines[i])
             i += 1
@@ -111,7 +116,9 @@ def doc_files() -> list[Path]:
 
 
 def runnable_blocks() -> list[Block]:
-    return [b for f in doc_files() for b in parse_blocks(f, f.read_text(encoding="utf-8")) if b.runnable]
+    return [
+        b for f in doc_files() for b in parse_blocks(f, f.read_text(encoding="utf-8")) if b.runnable
+    ]
 
 
 BLOCKS = runnable_blocks()
@@ -126,7 +133,12 @@ class _SharedBridge:
     async def __aenter__(self) -> Any:
         return self._bridge
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         return None
 
 
@@ -196,7 +208,9 @@ def test_doc_block(block: Block) -> None:
 
 @pytest.mark.engine
 @pytest.mark.parametrize("block", _params(engine=True))
-def test_doc_block_on_real_engine(block: Block, real_engine: RealEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doc_block_on_real_engine(
+    block: Block, real_engine: RealEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def run(fn: Any, *args: Any, **_: Any) -> Any:
         return real_engine.call(fn, *args)
 
@@ -258,7 +272,10 @@ def test_parser_finds_fences_lines_and_fragments() -> None:
 
 def test_blocks_share_a_namespace_per_file_and_report_markdown_lines(tmp_path: Path) -> None:
     path = tmp_path / "page.md"
-    path.write_text("text\n\n```python\nvalue = 41\n```\n\n```python\nvalue += 1\nraise ValueError(value)\n```\n")
+    path.write_text(
+        "text\n\n```python\nvalue = 41\n```\n\n"
+        "```python\nvalue += 1\nraise ValueError(value)\n```\n"
+    )
     first, second = parse_blocks(path, path.read_text())
     namespace: dict[str, Any] = {}
     _exec(first, namespace)

@@ -6,14 +6,16 @@ from typing import Any
 
 import jsonschema
 import pytest
-from microagent.actors import (
+from microagent.collab import (
     CollaborationEvent,
+    Graph,
+    GraphConfig,
     InvalidCollaboration,
+    InvalidGraph,
     collaborate,
+    graph_json_schema,
     prepare_collaboration,
 )
-from microagent.actors._graph import Graph, InvalidGraph, graph_json_schema
-from microagent.actors._ops_graph import GraphConfig  # registers "graph"
 from microagent.engine_bridge import EngineRequest, ScriptedEngine
 
 pytestmark = pytest.mark.anyio
@@ -30,7 +32,10 @@ def review_graph(max_iterations: int = 2) -> Graph:
         Graph()
         .node("planner", "Write a short numbered plan for the task.")
         .node("coder", "Implement the plan as one Python function.", count=2)
-        .node("reviewer", "Review the code. Reply APPROVED if it is correct, else REJECTED with the problems.")
+        .node(
+            "reviewer",
+            "Review the code. Reply APPROVED if it is correct, else REJECTED with the problems.",
+        )
         .node("final", "Give the final code.")
         .edge("planner", "coder")
         .edge("coder", "reviewer")
@@ -44,7 +49,7 @@ def last_user_turn(request: EngineRequest) -> str:
 
 
 def review_script(approve_on: int | None) -> Any:
-    """Scripted replies keyed on each node's instructions; the reviewer approves on review ``approve_on``."""
+    """Scripted replies keyed on each node's instructions; the reviewer approves at approve_on."""
     reviews = iter(range(1, 100))
 
     def script(prompt: tuple[int, ...], request: EngineRequest) -> str:
@@ -67,11 +72,13 @@ def review_script(approve_on: int | None) -> Any:
 async def test_review_loop_end_to_end(approve_on: int | None, coder_runs: int) -> None:
     events: list[CollaborationEvent] = []
     async with ScriptedEngine(script=review_script(approve_on)) as engine:
-        outcome = await collaborate(engine, "graph", TASK, graph=review_graph(), on_event=events.append)
+        outcome = await collaborate(
+            engine, "graph", TASK, graph=review_graph(), on_event=events.append
+        )
         assert engine.live_requests() == frozenset()
         assert await engine.wait_idle(1.0)
     assert outcome.answer == "final code"
-    graph = outcome.extra["graph"]["nodes"]
+    graph = outcome.details["nodes"]
     assert graph["coder"]["iterations"] == coder_runs  # at most 1 + max_iterations
     assert graph["reviewer"]["iterations"] == coder_runs
     assert graph["final"]["iterations"] == 1 and graph["planner"]["iterations"] == 1
@@ -79,28 +86,47 @@ async def test_review_loop_end_to_end(approve_on: int | None, coder_runs: int) -
     if coder_runs > 1:  # a re-run receives the plan, its own previous answer, then the review
         assert graph["coder"]["inputs"][1] == ["planner", "coder(previous)", "reviewer"]
     started = [e.data["node"] for e in events if e.type == "node_started"]
-    assert started == ["planner", "coder", "reviewer"] * 1 + ["coder", "reviewer"] * (coder_runs - 1) + ["final"]
+    assert started == ["planner", "coder", "reviewer"] * 1 + ["coder", "reviewer"] * (
+        coder_runs - 1
+    ) + ["final"]
     assert [e.type for e in events].count("node_finished") == len(started)
-    assert {e.agent for e in events if e.type == "agent_started"} == {"planner", "coder-1", "coder-2", "reviewer", "final"}
+    assert {e.agent for e in events if e.type == "agent_started"} == {
+        "planner",
+        "coder-1",
+        "coder-2",
+        "reviewer",
+        "final",
+    }
     # the coders' prompts share everything: warmed once per run of the fan-out
     warms = [r for r in engine.history if r.sampling.max_tokens == 1]
     assert len(warms) == coder_runs
     reviewer_prompts = [r for r in engine.history if "Review the code" in last_user_turn(r)]
     for r in reviewer_prompts:
         text = last_user_turn(r)
-        assert text.index("coder-1 wrote:") < text.index("coder-2 wrote:") < text.index("Review the code")
+        assert (
+            text.index("coder-1 wrote:")
+            < text.index("coder-2 wrote:")
+            < text.index("Review the code")
+        )
 
 
 async def test_loop_feedback_is_spliced_as_handles() -> None:
     async with ScriptedEngine(script=review_script(2)) as engine:
         await collaborate(engine, "graph", TASK, graph=review_graph())
         reviews = [r for r in engine.history if "Review the code" in last_user_turn(r)]
-        revisions = [r for r in engine.history if r.sampling.max_tokens > 1 and "Your previous answer" in last_user_turn(r)]
+        revisions = [
+            r
+            for r in engine.history
+            if r.sampling.max_tokens > 1 and "Your previous answer" in last_user_turn(r)
+        ]
         assert len(revisions) == 2
         first_review_out = engine.tokenize("REJECTED review 1")
         for r in revisions:
             ids = r.prompt.token_ids
-            assert any(ids[k : k + len(first_review_out)] == tuple(first_review_out) for k in range(len(ids)))
+            assert any(
+                ids[k : k + len(first_review_out)] == tuple(first_review_out)
+                for k in range(len(ids))
+            )
             assert engine.chat.context([{"role": "user", "content": TASK}]).is_prefix_of(r.prompt)
         assert len(reviews) == 2
 
@@ -116,12 +142,20 @@ async def test_false_condition_prunes_the_branch_and_aborts_its_requests() -> No
         return "done"
 
     g = (
-        Graph().node("start", "Begin.").node("gate", "Gate.").node("slow", "Slow.", count=2)
-        .node("join", "Combine.", join=True).node("alt", "Alternative.").node("out", "Answer.")
-        .edge("start", "gate").edge("start", "slow")
-        .edge("gate", "join", when={"contains": "yes"}).edge("slow", "join")
+        Graph()
+        .node("start", "Begin.")
+        .node("gate", "Gate.")
+        .node("slow", "Slow.", count=2)
+        .node("join", "Combine.", join=True)
+        .node("alt", "Alternative.")
+        .node("out", "Answer.")
+        .edge("start", "gate")
+        .edge("start", "slow")
+        .edge("gate", "join", when={"contains": "yes"})
+        .edge("slow", "join")
         .edge("gate", "alt", when={"not_contains": "yes"})
-        .edge("join", "out", when={"contains": "done"}).edge("alt", "out", when={"contains": "done"})
+        .edge("join", "out", when={"contains": "done"})
+        .edge("alt", "out", when={"contains": "done"})
     )
     events: list[CollaborationEvent] = []
     async with ScriptedEngine(script=script, decode_time_per_token=0.01) as engine:
@@ -130,7 +164,7 @@ async def test_false_condition_prunes_the_branch_and_aborts_its_requests() -> No
         assert await engine.wait_idle(1.0)
         assert engine.stats().requests_aborted >= 1
     assert outcome.answer == "done"
-    nodes = outcome.extra["graph"]["nodes"]
+    nodes = outcome.details["nodes"]
     assert nodes["join"]["state"] == "pruned" and nodes["slow"]["state"] == "pruned"
     assert nodes["out"]["inputs"] == [["alt"]]
     pruned = {e.data["node"] for e in events if e.type == "branch_pruned"}
@@ -147,14 +181,22 @@ async def test_callable_and_validator_conditions() -> None:
         return text.startswith("{")
 
     g = (
-        Graph().node("a", "Emit.").node("b", "JSON path.").node("c", "Text path.").node("d", "Out.")
-        .edge("a", "b", when=is_json).edge("a", "c", when={"validator": {"type": "json"}})
-        .edge("b", "d").edge("c", "d", when={"regex": "^x"})
+        Graph()
+        .node("a", "Emit.")
+        .node("b", "JSON path.")
+        .node("c", "Text path.")
+        .node("d", "Out.")
+        .edge("a", "b", when=is_json)
+        .edge("a", "c", when={"validator": {"type": "json"}})
+        .edge("b", "d")
+        .edge("c", "d", when={"regex": "^x"})
     )
-    async with ScriptedEngine(script=lambda p, r: '{"k": 1}' if "Emit" in last_user_turn(r) else "x") as engine:
+    async with ScriptedEngine(
+        script=lambda p, r: '{"k": 1}' if "Emit" in last_user_turn(r) else "x"
+    ) as engine:
         outcome = await collaborate(engine, "graph", TASK, graph=g)
     assert seen == ['{"k": 1}']
-    assert outcome.extra["graph"]["nodes"]["d"]["inputs"] == [["b", "c"]]
+    assert outcome.details["nodes"]["d"]["inputs"] == [["b", "c"]]
     with pytest.raises(ValueError, match="callable"):
         g.to_dict()
 
@@ -169,7 +211,9 @@ async def test_graph_from_http_options_and_agents() -> None:
     prepared = prepare_collaboration("graph", agents, options)
     assert isinstance(prepared.config, GraphConfig)
     graph = prepared.config.build_graph(prepared.agents)
-    assert graph.nodes["writer"].instructions == "Write." and graph.nodes["writer"].temperature == 0.1
+    assert (
+        graph.nodes["writer"].instructions == "Write." and graph.nodes["writer"].temperature == 0.1
+    )
     async with ScriptedEngine() as engine:
         outcome = await collaborate(engine, "graph", TASK, agents, **options)
     assert outcome.mode == "graph" and outcome.answer
@@ -200,32 +244,119 @@ def _with(**changes: Any) -> dict[str, Any]:
 
 
 INVALID: list[tuple[str, dict[str, Any], str | None]] = [
-    ("unknown edge node", _with(edges=[{"from": "a", "to": "b"}, {"from": "b", "to": "ghost"}]), "ghost"),
+    (
+        "unknown edge node",
+        _with(edges=[{"from": "a", "to": "b"}, {"from": "b", "to": "ghost"}]),
+        "ghost",
+    ),
     ("unknown entry", _with(entry="nope"), "nope"),
     ("unknown output", _with(output="nowhere"), "nowhere"),
-    ("unbounded cycle", _with(edges=[{"from": "a", "to": "b"}, {"from": "b", "to": "c"}, {"from": "c", "to": "b"}]), "b"),
-    ("unreachable", _with(nodes=[{"name": "a"}, {"name": "b"}, {"name": "c"}, {"name": "d"}], edges=[{"from": "a", "to": "b"}, {"from": "b", "to": "c"}, {"from": "d", "to": "c", "when": {"contains": "x"}}], entry="a"), "d"),
-    ("fan-in without join", _with(edges=[{"from": "a", "to": "b"}, {"from": "a", "to": "c"}, {"from": "b", "to": "c"}]), "c"),
-    ("duplicate name", _with(nodes=[{"name": "a"}, {"name": "b"}, {"name": "b"}, {"name": "c"}]), "b"),
+    (
+        "unbounded cycle",
+        _with(edges=[{"from": "a", "to": "b"}, {"from": "b", "to": "c"}, {"from": "c", "to": "b"}]),
+        "b",
+    ),
+    (
+        "unreachable",
+        _with(
+            nodes=[{"name": "a"}, {"name": "b"}, {"name": "c"}, {"name": "d"}],
+            edges=[
+                {"from": "a", "to": "b"},
+                {"from": "b", "to": "c"},
+                {"from": "d", "to": "c", "when": {"contains": "x"}},
+            ],
+            entry="a",
+        ),
+        "d",
+    ),
+    (
+        "fan-in without join",
+        _with(edges=[{"from": "a", "to": "b"}, {"from": "a", "to": "c"}, {"from": "b", "to": "c"}]),
+        "c",
+    ),
+    (
+        "duplicate name",
+        _with(nodes=[{"name": "a"}, {"name": "b"}, {"name": "b"}, {"name": "c"}]),
+        "b",
+    ),
     ("bad count", _with(nodes=[{"name": "a"}, {"name": "b", "count": 0}, {"name": "c"}]), "b"),
-    ("count too large", _with(nodes=[{"name": "a"}, {"name": "b", "count": 1000}, {"name": "c"}]), "b"),
-    ("loop not going back", _with(edges=[{"from": "a", "to": "b"}, {"from": "b", "to": "c"}, {"from": "a", "to": "c", "max_iterations": 2, "when": {"contains": "x"}}]), "a"),
-    ("bad max_iterations", _with(edges=[{"from": "a", "to": "b"}, {"from": "b", "to": "c"}, {"from": "c", "to": "b", "max_iterations": 0}]), "c"),
-    ("bad condition", _with(edges=[{"from": "a", "to": "b", "when": {"smells": "x"}}, {"from": "b", "to": "c"}]), "a"),
-    ("bad regex", _with(edges=[{"from": "a", "to": "b", "when": {"regex": "("}}, {"from": "b", "to": "c"}]), "a"),
-    ("bad validator", _with(edges=[{"from": "a", "to": "b", "when": {"validator": {"type": "nope"}}}, {"from": "b", "to": "c"}]), "a"),
-    ("dead end", _with(edges=[{"from": "a", "to": "b"}, {"from": "a", "to": "c"}], output="c"), "b"),
+    (
+        "count too large",
+        _with(nodes=[{"name": "a"}, {"name": "b", "count": 1000}, {"name": "c"}]),
+        "b",
+    ),
+    (
+        "loop not going back",
+        _with(
+            edges=[
+                {"from": "a", "to": "b"},
+                {"from": "b", "to": "c"},
+                {"from": "a", "to": "c", "max_iterations": 2, "when": {"contains": "x"}},
+            ]
+        ),
+        "a",
+    ),
+    (
+        "bad max_iterations",
+        _with(
+            edges=[
+                {"from": "a", "to": "b"},
+                {"from": "b", "to": "c"},
+                {"from": "c", "to": "b", "max_iterations": 0},
+            ]
+        ),
+        "c",
+    ),
+    (
+        "bad condition",
+        _with(edges=[{"from": "a", "to": "b", "when": {"smells": "x"}}, {"from": "b", "to": "c"}]),
+        "a",
+    ),
+    (
+        "bad regex",
+        _with(edges=[{"from": "a", "to": "b", "when": {"regex": "("}}, {"from": "b", "to": "c"}]),
+        "a",
+    ),
+    (
+        "bad validator",
+        _with(
+            edges=[
+                {"from": "a", "to": "b", "when": {"validator": {"type": "nope"}}},
+                {"from": "b", "to": "c"},
+            ]
+        ),
+        "a",
+    ),
+    (
+        "dead end",
+        _with(edges=[{"from": "a", "to": "b"}, {"from": "a", "to": "c"}], output="c"),
+        "b",
+    ),
     ("two sinks", _with(edges=[{"from": "a", "to": "b"}, {"from": "a", "to": "c"}]), "b"),
     ("entry with inputs", _with(entry=["a", "b"]), "b"),
-    ("unknown node field", _with(nodes=[{"name": "a"}, {"name": "b", "colour": "red"}, {"name": "c"}]), "b"),
-    ("bad temperature", _with(nodes=[{"name": "a"}, {"name": "b", "temperature": 9}, {"name": "c"}]), "b"),
-    ("duplicate edge", _with(edges=[{"from": "a", "to": "b"}, {"from": "a", "to": "b"}, {"from": "b", "to": "c"}]), "a"),
+    (
+        "unknown node field",
+        _with(nodes=[{"name": "a"}, {"name": "b", "colour": "red"}, {"name": "c"}]),
+        "b",
+    ),
+    (
+        "bad temperature",
+        _with(nodes=[{"name": "a"}, {"name": "b", "temperature": 9}, {"name": "c"}]),
+        "b",
+    ),
+    (
+        "duplicate edge",
+        _with(edges=[{"from": "a", "to": "b"}, {"from": "a", "to": "b"}, {"from": "b", "to": "c"}]),
+        "a",
+    ),
     ("no nodes", {"nodes": [], "edges": []}, None),
 ]
 
 
 @pytest.mark.parametrize(("case", "data", "node"), INVALID, ids=[c[0] for c in INVALID])
-async def test_invalid_graphs_name_the_node(case: str, data: dict[str, Any], node: str | None) -> None:
+async def test_invalid_graphs_name_the_node(
+    case: str, data: dict[str, Any], node: str | None
+) -> None:
     with pytest.raises(InvalidGraph) as info:
         Graph.from_dict(data).validate()
     assert info.value.node == node, str(info.value)

@@ -17,8 +17,9 @@ import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from microagent.actors import CollaborationFailed, Runtime, collaborate
-from microagent.actors._ops_graph import PREVIOUS_LABEL, SEPARATOR, input_label  # registers "graph"
+from microagent.actors import Runtime
+from microagent.collab import CollaborationFailed, collaborate
+from microagent.collab.modes._graph import PREVIOUS_LABEL, SEPARATOR, input_label
 from microagent.engine_bridge import EngineRequest, ScriptedEngine
 from strategies import graph_dags
 
@@ -67,12 +68,17 @@ def reference_runs(case: dict[str, Any]) -> set[str]:
             yes = says_yes[int(src[1:])]
             holds = cond is None or ("contains" in cond) == yes
             active.append(src in ran and holds)
-        if (all(active) if joins[name] else any(active)):
+        if all(active) if joins[name] else any(active):
             ran.add(name)
     return ran
 
 
-def expected_prompt(engine: ScriptedEngine, case: dict[str, Any], name: str, outputs: dict[str, list[tuple[str, tuple[int, ...]]]]) -> tuple[int, ...]:
+def expected_prompt(
+    engine: ScriptedEngine,
+    case: dict[str, Any],
+    name: str,
+    outputs: dict[str, list[tuple[str, tuple[int, ...]]]],
+) -> tuple[int, ...]:
     """The documented layout, rebuilt from the chat template and the predecessors' outputs."""
     says_yes = case["says_yes"]
     ids: list[int] = []
@@ -84,7 +90,11 @@ def expected_prompt(engine: ScriptedEngine, case: dict[str, Any], name: str, out
         if cond is not None and ("contains" in cond) != says_yes[int(e["from"][1:])]:
             continue
         for agent, out in outputs[e["from"]]:
-            ids += engine.tokenize(input_label(agent)) + [t for t in out if t != engine.eot_token_id] + engine.tokenize(SEPARATOR)
+            ids += (
+                engine.tokenize(input_label(agent))
+                + [t for t in out if t != engine.eot_token_id]
+                + engine.tokenize(SEPARATOR)
+            )
             parts += 1
     instructions = next(n["instructions"] for n in case["nodes"] if n["name"] == name)
     chat = engine.chat
@@ -102,16 +112,25 @@ def graph_options(case: dict[str, Any]) -> dict[str, Any]:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graph_dags(), st.sampled_from([0, 1]))
-def test_random_dags_run_their_inputs_and_leave_nothing_running(case: dict[str, Any], sequential: int) -> None:
+def test_random_dags_run_their_inputs_and_leave_nothing_running(
+    case: dict[str, Any], sequential: int
+) -> None:
     ref = reference_runs(case)
     output = case["output"]
 
     async def main() -> None:
-        engine, replies = make_engine(case["says_yes"], decode_time_per_token=0.01, prefill_time_per_token=0.001)
+        engine, replies = make_engine(
+            case["says_yes"], decode_time_per_token=0.01, prefill_time_per_token=0.001
+        )
         async with engine, Runtime(engine=engine) as rt:
             try:
                 outcome = await collaborate(
-                    engine, "graph", CONTEXT, runtime=rt, max_concurrency=sequential, temperature=0.0,
+                    engine,
+                    "graph",
+                    CONTEXT,
+                    runtime=rt,
+                    max_concurrency=sequential,
+                    temperature=0.0,
                     **graph_options(case),
                 )
             except CollaborationFailed:
@@ -135,7 +154,9 @@ def test_random_dags_run_their_inputs_and_leave_nothing_running(case: dict[str, 
         records = {a.name: a for a in outcome.agents}
         outputs: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
         for name in sorted(by_node, key=lambda n: int(n[1:])):
-            agents = [name] if counts[name] == 1 else [f"{name}-{k}" for k in range(1, counts[name] + 1)]
+            agents = (
+                [name] if counts[name] == 1 else [f"{name}-{k}" for k in range(1, counts[name] + 1)]
+            )
             if not all(records[a].finish_reason == "stop" for a in agents):
                 continue
             out = (*engine.tokenize(replies[by_node[name][0].request_id]), engine.eot_token_id)
@@ -144,13 +165,15 @@ def test_random_dags_run_their_inputs_and_leave_nothing_running(case: dict[str, 
             expected = expected_prompt(engine, case, name, outputs)
             for req in reqs:
                 assert req.prompt.token_ids == expected, name
-        graph = outcome.extra["graph"]["nodes"]
+        graph = outcome.details["nodes"]
         for name, info in graph.items():
             assert info["iterations"] <= 1
             if info["state"] == "done":
                 assert name in ref
         last = int(output[1:])
-        assert outcome.answer == SEPARATOR.join([reply(last, case["says_yes"][last])] * counts[output])
+        assert outcome.answer == SEPARATOR.join(
+            [reply(last, case["says_yes"][last])] * counts[output]
+        )
         if sequential:
             assert engine.stats().requests_aborted == 0
             computed = engine.stats().prompt_tokens - engine.stats().cached_tokens
@@ -177,7 +200,9 @@ def predict_computed(engine: ScriptedEngine, replies: dict[str, str]) -> int:
         while hits < (n - 1) // bs and prompt[: (hits + 1) * bs] in cache:
             hits += 1
         computed += n - hits * bs
-        out = (*engine.tokenize(replies[req.request_id]), engine.eot_token_id)[: req.sampling.max_tokens]
+        out = (*engine.tokenize(replies[req.request_id]), engine.eot_token_id)[
+            : req.sampling.max_tokens
+        ]
         seq = prompt + out[:-1]
         for k in range(len(seq) // bs):
             cache.add(seq[: (k + 1) * bs])

@@ -1,4 +1,4 @@
-"""KVHandle identity and lineage, and the EngineBridge base behaviour driven through the ScriptedEngine."""
+"""KVHandle identity and lineage; EngineBridge base behaviour through the ScriptedEngine."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ from strategies import token_lists
 
 def test_identity_is_tokens_model_adapter_epoch() -> None:
     a = KVHandle((1, 2), model="m")
-    assert a == KVHandle([1, 2], model="m", parent=KVHandle((9,), model="m"))  # lineage is not identity
+    assert a == KVHandle(
+        [1, 2], model="m", parent=KVHandle((9,), model="m")
+    )  # lineage is not identity
     assert hash(a) == hash(KVHandle((1, 2), model="m"))
     assert a != KVHandle((1, 2), model="other")
     assert a != a.with_adapter(AdapterRef("x", "/x"))
@@ -88,7 +90,9 @@ async def test_cancelling_the_consumer_aborts_the_request() -> None:
                 seen.append(delta)
                 got_first.set()
 
-            await engine.generate(engine.handle(range(10, 30)), Sampling(max_tokens=500), on_delta=on_delta)
+            await engine.generate(
+                engine.handle(range(10, 30)), Sampling(max_tokens=500), on_delta=on_delta
+            )
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(consume)
@@ -163,7 +167,10 @@ async def test_evicted_handle_is_a_detected_miss_and_still_works() -> None:
         assert again.finish_reason in ("stop", "length") and fork.is_prefix_of(again.handle)
         assert engine.stats().cache_misses == 1
         rewarmed = await engine.generate(fork, Sampling(max_tokens=4))
-        assert not rewarmed.cache_miss and rewarmed.cached_tokens == rewarmed.expected_cached_tokens > 0
+        assert (
+            not rewarmed.cache_miss
+            and rewarmed.cached_tokens == rewarmed.expected_cached_tokens > 0
+        )
 
 
 @pytest.mark.anyio

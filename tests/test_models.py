@@ -104,7 +104,9 @@ def test_concurrent_preparations_build_once(tmp_path: Path) -> None:
     calls: list[int] = []
     results: list[Path] = []
     threads = [
-        threading.Thread(target=lambda: results.append(prepare_dir(target, _builder(calls), progress=False)))
+        threading.Thread(
+            target=lambda: results.append(prepare_dir(target, _builder(calls), progress=False))
+        )
         for _ in range(4)
     ]
     for t in threads:
@@ -126,10 +128,15 @@ def test_local_dirs_hub_ids_and_bad_paths(tmp_path: Path) -> None:
         resolve_model(str(tmp_path / "nowhere"))
     with pytest.raises(ModelPreparationError, match="does not exist"):
         resolve_model("./surely-not-a-model-dir")
-    assert resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert (
+        resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
+        == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    )
 
 
-def test_missing_gguf_package_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_gguf_package_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(models, "_GGUF_PACKAGE", "no_such_package_xyz")
     monkeypatch.setattr(models, "_GGUF_DISTRIBUTION", "no-such-package-xyz")
     with pytest.raises(ModelPreparationError, match="no-such-package-xyz"):

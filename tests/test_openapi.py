@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from microagent.collab import agent_field_rules
 from microagent.engine_bridge._scripted import ScriptedEngine
 from microagent.server import ServerLimits, create_app
 from starlette.testclient import TestClient
@@ -16,7 +17,11 @@ from strategies import chat_request_bodies
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
     engine = ScriptedEngine(reply_words=(1, 4))
-    app = create_app({"scripted": engine}, limits=ServerLimits(max_agents_per_spec=6, max_total_agents=8), open_engines=True)
+    app = create_app(
+        {"scripted": engine},
+        limits=ServerLimits(max_agents_per_spec=6, max_total_agents=8),
+        open_engines=True,
+    )
     with TestClient(app, raise_server_exceptions=False) as c:
         yield c
 
@@ -28,12 +33,48 @@ def test_openapi_schema_has_agents_and_collaboration(client: TestClient) -> None
     components = schema["components"]["schemas"]
     request = components[ref]["properties"]
     assert {"messages", "model", "stream", "max_tokens", "agents", "collaboration"} <= set(request)
-    agent = components["AgentSpecModel"]["properties"]
-    assert {"name", "count", "instructions", "adapter", "model", "temperature", "max_tokens"} <= set(agent)
+    agents = request["agents"]["anyOf"][0]
+    agent = agents["items"]["properties"]
+    assert {
+        "name",
+        "count",
+        "instructions",
+        "adapter",
+        "model",
+        "temperature",
+        "max_tokens",
+    } <= set(agent)
     collab = components["CollaborationModel"]["properties"]
     assert {"mode", "early_stop", "rounds", "answer"} <= set(collab)
     for path in ("/health", "/v1/models", "/metrics"):
         assert path in schema["paths"]
+
+
+def test_openapi_agent_bounds_are_agent_spec_bounds(client: TestClient) -> None:
+    """The document's agent schema is derived from ``AgentSpec``: every bound is the same."""
+    schema = client.get("/openapi.json").json()
+    ref = schema["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"][
+        "application/json"
+    ]["schema"]["$ref"]
+    request = schema["components"]["schemas"][ref.rsplit("/", 1)[-1]]["properties"]
+    documented = request["agents"]["anyOf"][0]["items"]
+    assert documented["additionalProperties"] is False and documented["required"] == ["name"]
+    rules = agent_field_rules()
+    assert list(documented["properties"]) == list(rules)
+    keys = ("minimum", "maximum", "exclusiveMinimum", "minLength", "maxLength", "type")
+    for name, rule in rules.items():
+        expected = {k: v for k, v in rule.json_schema().items() if k in keys}
+        got = {k: v for k, v in documented["properties"][name].items() if k in keys}
+        assert got == expected, name
+    assert documented["properties"]["temperature"]["minimum"] == rules["temperature"].minimum == 0
+    assert documented["properties"]["temperature"]["maximum"] == rules["temperature"].maximum == 2
+    # graph nodes document the same bounds for the fields they share with an agent
+    collaboration = schema["components"]["schemas"]["CollaborationModel"]["properties"]
+    node = collaboration["nodes"]["items"]["oneOf"][1]["properties"]
+    for name in ("temperature", "max_tokens", "count", "name"):
+        assert {k: v for k, v in node[name].items() if k in keys} == {
+            k: v for k, v in rules[name].json_schema().items() if k in keys
+        }
 
 
 def test_openapi_schema_documents_the_graph(client: TestClient) -> None:
@@ -44,7 +85,11 @@ def test_openapi_schema_documents_the_graph(client: TestClient) -> None:
     assert edge["required"] == ["from", "to"] and "max_iterations" in edge["properties"]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(body=chat_request_bodies())
 def test_fuzzed_requests_never_get_a_5xx(client: TestClient, body: Any) -> None:
     r = client.post("/v1/chat/completions", json=body)
@@ -60,7 +105,10 @@ def test_fuzzed_requests_never_get_a_5xx(client: TestClient, body: Any) -> None:
 
 
 def test_fuzz_leaves_the_engine_idle(client: TestClient) -> None:
-    client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    client.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+    )
     engine = client.app.state.microagent.engines["scripted"]  # type: ignore[attr-defined]
     assert not engine.live_requests()
     assert client.get("/health").json()["status"] == "ok"
@@ -68,6 +116,8 @@ def test_fuzz_leaves_the_engine_idle(client: TestClient) -> None:
 
 def test_non_finite_numbers_are_400(client: TestClient) -> None:
     raw = b'{"messages": [{"role": "user", "content": "hi"}], "temperature": 1e999}'
-    r = client.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
+    r = client.post(
+        "/v1/chat/completions", content=raw, headers={"content-type": "application/json"}
+    )
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "temperature"

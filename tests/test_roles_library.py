@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from microagent.actors import AgentSpec
-from microagent.actors._roles_library import InvalidRole, load_roles, match_roles, parse_role
+from microagent.collab import AgentSpec, InvalidRole, load_roles, match_roles, parse_role
 
 DEMO_ROLES = Path(__file__).resolve().parent.parent / "demos" / "roles"
 
@@ -29,7 +28,15 @@ def test_parse_role_and_agent_spec() -> None:
     assert role.instructions == "Review the code. Say APPROVED or REJECTED.\n\nBe brief."
     assert role.triggers == ("review", "bug")
     spec = role.to_agent_spec(count=2)
-    assert spec == AgentSpec("reviewer", count=2, instructions=role.instructions, adapter="lora-a", temperature=0.2, max_tokens=128, role="reviewer")
+    assert spec == AgentSpec(
+        "reviewer",
+        count=2,
+        instructions=role.instructions,
+        adapter="lora-a",
+        temperature=0.2,
+        max_tokens=128,
+        role="reviewer",
+    )
     node = role.to_node(join=True)
     assert node.join and node.instructions == role.instructions
 
@@ -60,7 +67,10 @@ def test_load_folder_and_match(tmp_path: Path) -> None:
     roles = load_roles(DEMO_ROLES)
     assert set(roles) == {"planner", "coder", "reviewer"}
     assert [r.name for r in match_roles("Please REVIEW this bug fix", roles)] == ["reviewer"]
-    assert [r.name for r in match_roles("plan and implement it", roles)] == ["coder", "planner"]  # file-name order
+    assert [r.name for r in match_roles("plan and implement it", roles)] == [
+        "coder",
+        "planner",
+    ]  # file-name order
     assert match_roles("reviewing", roles) == []  # whole words only
     (tmp_path / "a.md").write_text(REVIEWER)
     (tmp_path / "b.md").write_text(REVIEWER)

@@ -405,9 +405,7 @@ PROPERTY_SETTINGS = settings(
 @given(program=actor_programs)
 def test_programs_hold_invariants_on_trio_with_mock_clock(program: list[dict[str, Any]]) -> None:
     clock = trio.testing.MockClock(autojump_threshold=0)
-    world = trio.run(
-        functools.partial(run_program, program, scale=1.0, slack=1e-9), clock=clock
-    )
+    world = trio.run(functools.partial(run_program, program, scale=1.0, slack=1e-9), clock=clock)
     assert world.handled.total() + world.dead.total() >= 0
 
 

@@ -1,4 +1,4 @@
-"""ScriptedEngine: vLLM's prefix-cache rules against an independent reference model, outputs, failures."""
+"""ScriptedEngine: vLLM's prefix-cache rules against an independent reference, outputs, failures."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class ReferenceCache:
             self.lru.popitem(last=False)
 
     def run(self, prompt: tuple[int, ...], adapter: str | None, output: tuple[int, ...]) -> int:
-        """Serve ``prompt``; ``output`` are the tokens the consumer received. Returns cached tokens."""
+        """Serve ``prompt``; ``output``: the tokens the consumer received. Returns cached tokens."""
         bs, n, seq = self.bs, len(prompt), prompt + output
 
         def key(end: int) -> tuple[Any, ...]:
@@ -125,7 +125,9 @@ async def _run_program(program: dict[str, Any]) -> None:
             aborted = stop_after is not None and stop_after <= len(planned)
             received = planned[:stop_after] if aborted else planned
 
-            async with engine.stream(prompt, Sampling(max_tokens=max_tokens), request_id=rid) as gen:
+            async with engine.stream(
+                prompt, Sampling(max_tokens=max_tokens), request_id=rid
+            ) as gen:
                 count = 0
                 async for _ in gen:
                     count += 1
@@ -143,7 +145,9 @@ async def _run_program(program: dict[str, Any]) -> None:
                     expected = min(resident[(tokens, adapter)] // bs * bs, limit)
                     break
             assert result.output_ids == received
-            assert result.finish_reason == ("abort" if aborted else ("length" if len(planned) < len(op["out"]) + 1 else "stop"))
+            assert result.finish_reason == (
+                "abort" if aborted else ("length" if len(planned) < len(op["out"]) + 1 else "stop")
+            )
             assert result.cached_tokens == cached, (i, prompt.token_ids, adapter)
             assert result.expected_cached_tokens == expected
             assert result.cache_miss == (cached < expected)
@@ -173,7 +177,9 @@ async def _run_program(program: dict[str, Any]) -> None:
 @pytest.mark.parametrize("backend", BACKEND_RUNS)
 @settings(max_examples=60, deadline=None)
 @given(program=cache_programs)
-def test_cache_accounting_matches_reference_model(backend: tuple[str, dict[str, Any]], program: dict[str, Any]) -> None:
+def test_cache_accounting_matches_reference_model(
+    backend: tuple[str, dict[str, Any]], program: dict[str, Any]
+) -> None:
     name, options = backend
     anyio.run(_run_program, program, backend=name, backend_options=options)
 
@@ -238,7 +244,9 @@ async def test_concurrent_cold_forks_share_one_prefill() -> None:
         results: list[GenerationResult] = []
 
         async def fork(i: int) -> None:
-            results.append(await engine.generate(context.extend([50 + i, 60]), Sampling(max_tokens=2)))
+            results.append(
+                await engine.generate(context.extend([50 + i, 60]), Sampling(max_tokens=2))
+            )
 
         async with anyio.create_task_group() as tg:
             for i in range(5):
@@ -287,7 +295,9 @@ async def test_scripted_outputs_end_with_eot_and_respect_max_tokens() -> None:
     async with ScriptedEngine(script=["hello there", "general kenobi"]) as engine:
         p = engine.chat.prompt([{"role": "user", "content": "hi"}])
         one = await engine.generate(p, Sampling())
-        assert one.text == "hello there"  # the end-of-turn token is in the ids, not the text (as in vLLM)
+        assert (
+            one.text == "hello there"
+        )  # the end-of-turn token is in the ids, not the text (as in vLLM)
         assert one.output_ids[-1] == engine.eot_token_id
         assert one.finish_reason == "stop"
         two = await engine.generate(p, Sampling(max_tokens=1))
@@ -299,9 +309,13 @@ async def test_scripted_outputs_end_with_eot_and_respect_max_tokens() -> None:
 @pytest.mark.anyio
 async def test_script_mapping_and_callable() -> None:
     async with ScriptedEngine(script={"capital of France": "Paris"}) as engine:
-        r = await engine.generate(engine.chat.prompt([{"role": "user", "content": "The capital of France?"}]), Sampling())
+        r = await engine.generate(
+            engine.chat.prompt([{"role": "user", "content": "The capital of France?"}]), Sampling()
+        )
         assert r.text == "Paris"
-        seeded = await engine.generate(engine.chat.prompt([{"role": "user", "content": "other"}]), Sampling())
+        seeded = await engine.generate(
+            engine.chat.prompt([{"role": "user", "content": "other"}]), Sampling()
+        )
         assert seeded.finish_reason == "stop" and len(seeded.output_ids) > 1
 
     seen: list[str] = []
@@ -348,7 +362,9 @@ async def test_sampled_voters_differ_but_seeded_requests_repeat() -> None:
         p = engine.chat.prompt([{"role": "user", "content": "vote"}])
         voters = {(await engine.generate(p, Sampling(temperature=0.9))).text for _ in range(5)}
         assert len(voters) > 1
-        seeded = {(await engine.generate(p, Sampling(temperature=0.9, seed=7))).text for _ in range(3)}
+        seeded = {
+            (await engine.generate(p, Sampling(temperature=0.9, seed=7))).text for _ in range(3)
+        }
         assert len(seeded) == 1
 
 
@@ -398,7 +414,9 @@ async def test_kill_fails_in_flight_requests_and_restarts_empty() -> None:
         again = await engine.generate(warm.handle, Sampling(max_tokens=2))
         assert again.cache_miss and again.cached_tokens == 0
         stats = engine.stats()
-        assert stats.requests_failed == 1 and stats.requests_live == 0 and stats.scheduler_running == 0
+        assert (
+            stats.requests_failed == 1 and stats.requests_live == 0 and stats.scheduler_running == 0
+        )
 
 
 @pytest.mark.anyio
@@ -415,7 +433,9 @@ async def test_fail_next_kills_on_the_next_request() -> None:
 
 def test_latency_is_virtual_under_mock_clock() -> None:
     async def main() -> float:
-        async with ScriptedEngine(prefill_time_per_token=0.5, decode_time_per_token=1.0, script=[list(range(20, 120))]) as engine:
+        async with ScriptedEngine(
+            prefill_time_per_token=0.5, decode_time_per_token=1.0, script=[list(range(20, 120))]
+        ) as engine:
             start = trio.current_time()
             result = await engine.generate(engine.handle(range(10)), Sampling(max_tokens=500))
             assert len(result.output_ids) == 101

@@ -44,7 +44,9 @@ def server() -> Iterator[LiveServer]:
 
 
 def post(srv: LiveServer, body: Any, **kwargs: Any) -> httpx.Response:
-    return httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers=srv.headers, timeout=30, **kwargs)
+    return httpx.post(
+        f"{srv.url}/v1/chat/completions", json=body, headers=srv.headers, timeout=30, **kwargs
+    )
 
 
 def assert_healthy(srv: LiveServer) -> None:
@@ -63,60 +65,174 @@ def with_(**changes: Any) -> dict[str, Any]:
 
 BAD_INPUTS = [
     pytest.param(
-        with_(collaboration={"mode": "reflect", "validator": {"type": "python_tests", "tests": "assert True"}}),
-        "collaboration.validator.type", "disabled", id="code-validator-disabled",
+        with_(
+            collaboration={
+                "mode": "reflect",
+                "validator": {"type": "python_tests", "tests": "assert True"},
+            }
+        ),
+        "collaboration.validator.type",
+        "disabled",
+        id="code-validator-disabled",
     ),
-    pytest.param(with_(collaboration={"mode": "vote", "rounds": 2}), "collaboration.rounds", "no rounds", id="vote-has-no-rounds"),
-    pytest.param(with_(collaboration={"mode": "telepathy"}), "collaboration.mode", "unknown mode", id="unknown-mode"),
+    pytest.param(
+        with_(collaboration={"mode": "vote", "rounds": 2}),
+        "collaboration.rounds",
+        "no rounds",
+        id="vote-has-no-rounds",
+    ),
+    pytest.param(
+        with_(collaboration={"mode": "telepathy"}),
+        "collaboration.mode",
+        "unknown mode",
+        id="unknown-mode",
+    ),
     pytest.param(with_(model="gpt-17"), "model", "unknown model", id="unknown-model"),
     pytest.param(
-        with_(agents=[{"name": "voter", "count": 3, "model": "gpt-17"}]), "agents[0].model", "unknown model", id="unknown-agent-model"
+        with_(agents=[{"name": "voter", "count": 3, "model": "gpt-17"}]),
+        "agents[0].model",
+        "unknown model",
+        id="unknown-agent-model",
     ),
     pytest.param(
-        with_(agents=[{"name": "voter", "count": 3, "adapter": "poet"}]), "agents[0].adapter", "unknown adapter", id="unknown-adapter"
+        with_(agents=[{"name": "voter", "count": 3, "adapter": "poet"}]),
+        "agents[0].adapter",
+        "unknown adapter",
+        id="unknown-adapter",
     ),
-    pytest.param(with_(agents=[{"count": 3}]), "agents[0].name", "Field required", id="agent-without-name"),
-    pytest.param(with_(agents=[{"name": "voter", "colour": "red"}]), "agents[0].colour", "Extra inputs", id="agent-unknown-field"),
-    pytest.param(with_(agents=[{"name": "voter", "count": "3"}]), "agents[0].count", "valid integer", id="agent-count-string"),
+    pytest.param(
+        with_(agents=[{"count": 3}]), "agents[0].name", "is required", id="agent-without-name"
+    ),
+    pytest.param(
+        with_(agents=[{"name": "voter", "colour": "red"}]),
+        "agents[0].colour",
+        "unknown field",
+        id="agent-unknown-field",
+    ),
+    pytest.param(
+        with_(agents=[{"name": "voter", "count": "3"}]),
+        "agents[0].count",
+        "must be an integer",
+        id="agent-count-string",
+    ),
     pytest.param(with_(agents=["voter"]), "agents[0]", "valid dictionary", id="agent-not-object"),
-    pytest.param(with_(agents=[{"name": "voter", "count": 0}]), "agents[0].count", "must be in 1..8", id="count-zero"),
-    pytest.param(with_(agents=[{"name": "voter", "count": 9}]), "agents[0].count", "must be in 1..8", id="count-over-cap"),
     pytest.param(
-        with_(agents=[{"name": "a", "count": 8}, {"name": "b", "count": 5}]), "agents", "too many agents", id="too-many-agents"
+        with_(agents=[{"name": "voter", "count": 0}]),
+        "agents[0].count",
+        "in 1..64",
+        id="count-zero",
     ),
     pytest.param(
-        with_(agents=[{"name": "voter", "count": 2}, {"name": "voter-1"}]), "agents.name", "used twice", id="duplicate-agent-names"
+        with_(agents=[{"name": "voter", "count": 9}]),
+        "agents[0].count",
+        "must be in 1..8",
+        id="count-over-cap",
     ),
     pytest.param(
-        with_(messages=[{"role": "user", "content": "word " * 600}]), "messages", "allows 512", id="context-too-long"
+        with_(agents=[{"name": "a", "count": 8}, {"name": "b", "count": 5}]),
+        "agents",
+        "too many agents",
+        id="too-many-agents",
     ),
     pytest.param(
-        {"messages": [{"role": "user", "content": "word " * 600}]}, "messages", "allows 512", id="plain-context-too-long"
+        with_(agents=[{"name": "voter", "count": 2}, {"name": "voter-1"}]),
+        "agents.name",
+        "used twice",
+        id="duplicate-agent-names",
     ),
-    pytest.param({"messages": USER, "max_tokens": 600}, "max_tokens", "exceeds", id="context-plus-max-tokens"),
-    pytest.param({"messages": USER, "temperature": 2.5}, "temperature", "must be in [0.0, 2.0]", id="temperature"),
-    pytest.param({"messages": USER, "top_p": 0}, "top_p", "must be in (0.0, 1.0]", id="top-p"),
+    pytest.param(
+        with_(messages=[{"role": "user", "content": "word " * 600}]),
+        "messages",
+        "allows 512",
+        id="context-too-long",
+    ),
+    pytest.param(
+        {"messages": [{"role": "user", "content": "word " * 600}]},
+        "messages",
+        "allows 512",
+        id="plain-context-too-long",
+    ),
+    pytest.param(
+        {"messages": USER, "max_tokens": 600}, "max_tokens", "exceeds", id="context-plus-max-tokens"
+    ),
+    pytest.param(
+        {"messages": USER, "temperature": 2.5}, "temperature", "in [0, 2]", id="temperature"
+    ),
+    pytest.param({"messages": USER, "top_p": 0}, "top_p", "in (0, 1]", id="top-p"),
     pytest.param({"messages": USER, "n": 0}, "n", "must be in 1..4", id="n-zero"),
-    pytest.param({"messages": USER, "max_tokens": 0}, "max_tokens", "must be >= 1", id="max-tokens-zero"),
-    pytest.param({"messages": USER, "stop": ["a", "b", "c", "d", "e"]}, "stop", "up to 4", id="too-many-stops"),
-    pytest.param(with_(agents=[{"name": "v", "temperature": 9.0}]), "agents[0].temperature", "must be in", id="agent-temperature"),
-    pytest.param(with_(collaboration={"mode": "vote", "rounds": 99}), "collaboration.rounds", "1..16", id="rounds"),
-    pytest.param(with_(collaboration={"mode": "vote", "answer": {"choices": []}}), "collaboration.answer.choices", "non-empty", id="empty-choices"),
-    pytest.param(with_(collaboration={"mode": "vote", "warp": 9}), "collaboration.warp", "unknown option", id="unknown-option"),
+    pytest.param(
+        {"messages": USER, "max_tokens": 0}, "max_tokens", "must be >= 1", id="max-tokens-zero"
+    ),
+    pytest.param(
+        {"messages": USER, "stop": ["a", "b", "c", "d", "e"]},
+        "stop",
+        "up to 4",
+        id="too-many-stops",
+    ),
+    pytest.param(
+        with_(agents=[{"name": "v", "temperature": 9.0}]),
+        "agents[0].temperature",
+        "must be a number in [0, 2]",
+        id="agent-temperature",
+    ),
+    pytest.param(
+        with_(collaboration={"mode": "vote", "rounds": 99}),
+        "collaboration.rounds",
+        "1..16",
+        id="rounds",
+    ),
+    pytest.param(
+        with_(collaboration={"mode": "vote", "answer": {"choices": []}}),
+        "collaboration.answer.choices",
+        "non-empty",
+        id="empty-choices",
+    ),
+    pytest.param(
+        with_(collaboration={"mode": "vote", "warp": 9}),
+        "collaboration.warp",
+        "unknown option",
+        id="unknown-option",
+    ),
     pytest.param({"messages": []}, "messages", "must not be empty", id="empty-messages"),
-    pytest.param({"messages": [{"role": "user", "content": "   "}]}, "messages", "some text", id="blank-messages"),
+    pytest.param(
+        {"messages": [{"role": "user", "content": "   "}]},
+        "messages",
+        "some text",
+        id="blank-messages",
+    ),
     pytest.param({"messages": "hello"}, "messages", "valid list", id="messages-not-list"),
-    pytest.param({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role", "Input should be", id="bad-role"),
-    pytest.param({"messages": [{"role": "tool", "content": "0"}]}, "messages[0].role", "not supported", id="role-not-in-template"),
-    pytest.param({"messages": USER, "max_tokens": "10"}, "max_tokens", "valid integer", id="max-tokens-string"),
-    pytest.param({"messages": USER, "stream": "yes"}, "stream", "valid boolean", id="stream-string"),
-    pytest.param({"messages": USER, "n": 2, "agents": [{"name": "v"}]}, "n", "must be 1", id="collab-n"),
+    pytest.param(
+        {"messages": [{"role": "wizard", "content": "x"}]},
+        "messages[0].role",
+        "Input should be",
+        id="bad-role",
+    ),
+    pytest.param(
+        {"messages": [{"role": "tool", "content": "0"}]},
+        "messages[0].role",
+        "not supported",
+        id="role-not-in-template",
+    ),
+    pytest.param(
+        {"messages": USER, "max_tokens": "10"},
+        "max_tokens",
+        "valid integer",
+        id="max-tokens-string",
+    ),
+    pytest.param(
+        {"messages": USER, "stream": "yes"}, "stream", "valid boolean", id="stream-string"
+    ),
+    pytest.param(
+        {"messages": USER, "n": 2, "agents": [{"name": "v"}]}, "n", "must be 1", id="collab-n"
+    ),
     pytest.param([1, 2, 3], None, "JSON object", id="body-not-object"),
 ]
 
 
 @pytest.mark.parametrize(("body", "param", "message"), BAD_INPUTS)
-def test_bad_input_is_400_and_server_keeps_working(server: LiveServer, body: Any, param: str | None, message: str) -> None:
+def test_bad_input_is_400_and_server_keeps_working(
+    server: LiveServer, body: Any, param: str | None, message: str
+) -> None:
     r = post(server, body)
     assert r.status_code == 400, r.text
     error = r.json()["error"]
@@ -127,7 +243,11 @@ def test_bad_input_is_400_and_server_keeps_working(server: LiveServer, body: Any
 
 
 def test_invalid_json_is_400(server: LiveServer) -> None:
-    r = httpx.post(f"{server.url}/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+    r = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 400
     assert "not valid JSON" in r.json()["error"]["message"]
     assert_healthy(server)
@@ -142,7 +262,11 @@ def test_body_size_limit(server: LiveServer) -> None:
     def chunks() -> Iterator[bytes]:  # no content-length: counted while read
         yield json.dumps(big).encode()
 
-    r = httpx.post(f"{server.url}/v1/chat/completions", content=chunks(), headers={"content-type": "application/json"})
+    r = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        content=chunks(),
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 413
     assert_healthy(server)
 
@@ -160,7 +284,9 @@ def test_bad_input_through_the_openai_sdk(server: LiveServer) -> None:
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(
-            model="scripted", messages=USER, extra_body={"agents": [{"name": "v"}], "collaboration": {"mode": "nope"}}  # type: ignore[arg-type]
+            model="scripted",
+            messages=USER,
+            extra_body={"agents": [{"name": "v"}], "collaboration": {"mode": "nope"}},  # type: ignore[arg-type]
         )
     assert info.value.status_code == 400
     assert "unknown mode 'nope'" in str(info.value)
@@ -172,7 +298,10 @@ def test_bad_input_through_the_openai_sdk(server: LiveServer) -> None:
 
 
 def test_plain_completion(server: LiveServer) -> None:
-    r = post(server, {"model": "scripted", "messages": USER, "max_tokens": 5, "n": 2, "seed": 3, "top_p": 0.9})
+    r = post(
+        server,
+        {"model": "scripted", "messages": USER, "max_tokens": 5, "n": 2, "seed": 3, "top_p": 0.9},
+    )
     assert r.status_code == 200
     body = r.json()
     assert body["object"] == "chat.completion"
@@ -201,7 +330,12 @@ def sse_chunks(text: str) -> list[Any]:
 
 
 def test_plain_stream_with_usage(server: LiveServer) -> None:
-    body = {"messages": USER, "max_tokens": 6, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "messages": USER,
+        "max_tokens": 6,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     r = post(server, body)
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/event-stream")
@@ -228,8 +362,18 @@ def test_vote_response(server: LiveServer) -> None:
     assert sum(collab["votes"].values()) >= 2
     assert len(collab["agents"]) == 3
     for agent in collab["agents"]:
-        assert {"name", "role", "output", "finish_reason", "prompt_tokens", "cached_tokens", "completion_tokens"} <= set(agent)
-    assert body["usage"]["prompt_tokens_details"]["cached_tokens"] == collab["usage"]["cached_tokens"]
+        assert {
+            "name",
+            "role",
+            "output",
+            "finish_reason",
+            "prompt_tokens",
+            "cached_tokens",
+            "completion_tokens",
+        } <= set(agent)
+    assert (
+        body["usage"]["prompt_tokens_details"]["cached_tokens"] == collab["usage"]["cached_tokens"]
+    )
     assert body["usage"]["prompt_tokens"] == collab["usage"]["prompt_tokens"]
 
 
@@ -249,9 +393,16 @@ def test_collaboration_stream(server: LiveServer) -> None:
     events = [c["collaboration_event"] for c in chunks[:-1] if "collaboration_event" in c]
     types = {e["type"] for e in events}
     assert {"agent_started", "delta", "agent_finished", "final"} <= types
-    assert {e["agent"] for e in events if e["type"] == "agent_started"} == {"debater-1", "debater-2"}
-    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks[:-1] if c["choices"])
-    final = next(c for c in chunks[:-1] if c["choices"] and c["choices"][0]["finish_reason"] == "stop")
+    assert {e["agent"] for e in events if e["type"] == "agent_started"} == {
+        "debater-1",
+        "debater-2",
+    }
+    content = "".join(
+        c["choices"][0]["delta"].get("content") or "" for c in chunks[:-1] if c["choices"]
+    )
+    final = next(
+        c for c in chunks[:-1] if c["choices"] and c["choices"][0]["finish_reason"] == "stop"
+    )
     assert content == final["collaboration"]["answer"]
     assert final["dropped_events"] == 0
     assert chunks[-2]["usage"]["prompt_tokens"] == final["collaboration"]["usage"]["prompt_tokens"]
@@ -275,7 +426,9 @@ def test_api_key() -> None:
             r = httpx.get(f"{srv.url}{path}")
             assert r.status_code == 401, path
             assert "API key" in r.json()["error"]["message"]
-        r = httpx.post(f"{srv.url}/v1/chat/completions", json=VOTE, headers={"authorization": "Bearer wrong"})
+        r = httpx.post(
+            f"{srv.url}/v1/chat/completions", json=VOTE, headers={"authorization": "Bearer wrong"}
+        )
         assert r.status_code == 401
         assert httpx.get(f"{srv.url}/health").status_code == 200
         client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="wrong", max_retries=0)
@@ -286,7 +439,7 @@ def test_api_key() -> None:
         assert post(srv, VOTE).status_code == 200
 
 
-# -- overload and disconnect ------------------------------------------------------------------------
+# -- overload and disconnect -------------------------------------------------------------
 
 
 async def _post(client: httpx.AsyncClient, body: Any) -> None:
@@ -319,7 +472,10 @@ def test_overload_gets_429_and_recovers() -> None:
                 assert r.status_code == 200
 
         anyio.run(scenario)
-        assert 'microagent_rejected_total{reason="concurrent_collaborations"} 1' in httpx.get(f"{srv.url}/metrics").text
+        assert (
+            'microagent_rejected_total{reason="concurrent_collaborations"} 1'
+            in httpx.get(f"{srv.url}/metrics").text
+        )
 
 
 def test_engine_queue_full_gets_503() -> None:
@@ -333,10 +489,14 @@ def test_engine_queue_full_gets_503() -> None:
                         tg.start_soon(_post, client, {"messages": USER, "max_tokens": 20})
                     engine = srv.engines["scripted"]
                     await eventually(lambda: engine.stats().scheduler_waiting >= 1)
-                    r = await client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 2})
+                    r = await client.post(
+                        "/v1/chat/completions", json={"messages": USER, "max_tokens": 2}
+                    )
                     assert r.status_code == 503
                     assert "retry-after" in r.headers
-                r = await client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 2})
+                r = await client.post(
+                    "/v1/chat/completions", json={"messages": USER, "max_tokens": 2}
+                )
                 assert r.status_code == 200
 
         anyio.run(scenario)
@@ -373,7 +533,11 @@ def test_disconnect_cancels_the_collaboration(stream: bool) -> None:
                             tg.cancel_scope.cancel()
             assert engine.live_requests() or srv.state.collaborations
             await eventually(
-                lambda: srv.metric("microagent_engine_requests_running") == 0 and not srv.state.collaborations, 5
+                lambda: (
+                    srv.metric("microagent_engine_requests_running") == 0
+                    and not srv.state.collaborations
+                ),
+                5,
             )
 
         anyio.run(scenario)
@@ -397,7 +561,12 @@ GRAPH = {
         "edges": [
             {"from": "planner", "to": "coder"},
             {"from": "coder", "to": "reviewer"},
-            {"from": "reviewer", "to": "coder", "when": {"not_contains": "APPROVED"}, "max_iterations": 2},
+            {
+                "from": "reviewer",
+                "to": "coder",
+                "when": {"not_contains": "APPROVED"},
+                "max_iterations": 2,
+            },
         ],
         "entry": "planner",
         "output": "reviewer",
@@ -419,10 +588,21 @@ def test_graph_collaboration_over_http(server: LiveServer) -> None:
     ("change", "node"),
     [
         ({"edges": [{"from": "planner", "to": "ghost"}]}, "ghost"),
-        ({"edges": [{"from": "planner", "to": "coder"}, {"from": "coder", "to": "planner"}, {"from": "coder", "to": "reviewer"}]}, "planner"),
+        (
+            {
+                "edges": [
+                    {"from": "planner", "to": "coder"},
+                    {"from": "coder", "to": "planner"},
+                    {"from": "coder", "to": "reviewer"},
+                ]
+            },
+            "planner",
+        ),
     ],
 )
-def test_invalid_graph_is_400_naming_the_node(server: LiveServer, change: dict[str, Any], node: str) -> None:
+def test_invalid_graph_is_400_naming_the_node(
+    server: LiveServer, change: dict[str, Any], node: str
+) -> None:
     body = json.loads(json.dumps(GRAPH))
     body["collaboration"].update(change)
     r = post(server, body)

@@ -25,7 +25,13 @@ from microagent.server import ServerLimits, create_app
 class LiveServer:
     """A running server: ``url``, ``app``, ``engines`` and the ``portal`` it runs on."""
 
-    def __init__(self, portal: anyio.from_thread.BlockingPortal, app: Any, engines: Mapping[str, EngineBridge], port: int) -> None:
+    def __init__(
+        self,
+        portal: anyio.from_thread.BlockingPortal,
+        app: Any,
+        engines: Mapping[str, EngineBridge],
+        port: int,
+    ) -> None:
         self.portal = portal
         self.app = app
         self.engines = dict(engines)
@@ -64,14 +70,18 @@ def live_server(
 
         async def build() -> tuple[Any, Mapping[str, EngineBridge]]:
             engines = make_engines()
-            return create_app(engines, api_key=api_key, limits=limits, open_engines=open_engines), engines
+            return create_app(
+                engines, api_key=api_key, limits=limits, open_engines=open_engines
+            ), engines
 
         app, engines = portal.call(build)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
+        )
         server = uvicorn.Server(config)
         future = portal.start_task_soon(server.serve, [sock])
         try:
@@ -88,7 +98,7 @@ def live_server(
 
 
 async def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> None:
-    """Wait until ``predicate()`` is true: state owned by another thread or process has no event to await."""
+    """Wait until ``predicate()`` holds: state owned by another thread or process has no event."""
     with anyio.fail_after(timeout):
         while True:
             if predicate():

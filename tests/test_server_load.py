@@ -12,7 +12,9 @@ from microagent.server import ServerLimits, create_app
 
 
 @pytest.mark.anyio
-async def test_500_concurrent_collaborations_all_succeed_without_leaks(anyio_backend: tuple[str, dict[str, object]]) -> None:
+async def test_500_concurrent_collaborations_all_succeed_without_leaks(
+    anyio_backend: tuple[str, dict[str, object]],
+) -> None:
     limits = ServerLimits(max_concurrent_collaborations=512, max_concurrent_requests=1024)
     async with ScriptedEngine(max_num_seqs=256, num_blocks=8192) as engine:
         app = create_app({"scripted": engine}, limits=limits)
@@ -21,7 +23,9 @@ async def test_500_concurrent_collaborations_all_succeed_without_leaks(anyio_bac
         statuses: list[int] = []
         answers: list[str] = []
 
-        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=120) as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://test", timeout=120
+        ) as client:
 
             async def one(i: int) -> None:
                 r = await client.post(

@@ -22,15 +22,25 @@ from test_server_helpers import LiveServer, eventually, live_server
 pytestmark = pytest.mark.engine
 
 QUESTION = [{"role": "user", "content": "Is water wet? Answer yes or no."}]
-VOTE = {"agents": [{"name": "voter", "count": 3}], "collaboration": {"mode": "vote", "answer": {"choices": ["yes", "no"]}}}
-DEBATE = {"agents": [{"name": "debater", "count": 2}], "collaboration": {"mode": "debate", "rounds": 1}}
+VOTE = {
+    "agents": [{"name": "voter", "count": 3}],
+    "collaboration": {"mode": "vote", "answer": {"choices": ["yes", "no"]}},
+}
+DEBATE = {
+    "agents": [{"name": "debater", "count": 2}],
+    "collaboration": {"mode": "debate", "rounds": 1},
+}
 
 
 @pytest.fixture(scope="module")
 def server(real_engine: RealEngine) -> Iterator[LiveServer]:
     bridge = real_engine.bridge
-    with live_server(lambda: {bridge.model: bridge}, portal=real_engine.portal, open_engines=False,
-                     limits=ServerLimits(max_concurrent_collaborations=64)) as srv:
+    with live_server(
+        lambda: {bridge.model: bridge},
+        portal=real_engine.portal,
+        open_engines=False,
+        limits=ServerLimits(max_concurrent_collaborations=64),
+    ) as srv:
         yield srv
 
 
@@ -41,7 +51,9 @@ def sync_client(srv: LiveServer) -> openai.OpenAI:
 def test_plain_completion_sync(server: LiveServer) -> None:
     client = sync_client(server)
     assert [m.id for m in client.models.list()] == list(server.engines)
-    done = client.chat.completions.create(model="default", messages=QUESTION, max_tokens=8, temperature=0)  # type: ignore[arg-type]
+    done = client.chat.completions.create(
+        model="default", messages=QUESTION, max_tokens=8, temperature=0
+    )  # type: ignore[arg-type]
     assert done.choices[0].message.content
     assert done.usage is not None and 1 <= done.usage.completion_tokens <= 8
     assert done.usage.prompt_tokens_details is not None
@@ -50,7 +62,11 @@ def test_plain_completion_sync(server: LiveServer) -> None:
 
 def test_plain_completion_stream_sync(server: LiveServer) -> None:
     stream = sync_client(server).chat.completions.create(
-        model="default", messages=QUESTION, max_tokens=8, stream=True, stream_options={"include_usage": True}  # type: ignore[arg-type]
+        model="default",
+        messages=QUESTION,
+        max_tokens=8,
+        stream=True,
+        stream_options={"include_usage": True},  # type: ignore[arg-type]
     )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -60,7 +76,10 @@ def test_plain_completion_stream_sync(server: LiveServer) -> None:
 
 def test_vote_sync(server: LiveServer) -> None:
     done = sync_client(server).chat.completions.create(
-        model="default", messages=QUESTION, max_tokens=16, extra_body=VOTE  # type: ignore[arg-type]
+        model="default",
+        messages=QUESTION,
+        max_tokens=16,
+        extra_body=VOTE,  # type: ignore[arg-type]
     )
     collab: dict[str, Any] = done.model_extra["collaboration"]  # type: ignore[index]
     assert done.choices[0].message.content == collab["answer"]
@@ -73,10 +92,16 @@ def test_vote_sync(server: LiveServer) -> None:
 
 def test_debate_streaming_async(server: LiveServer) -> None:
     async def scenario() -> None:
-        client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=300)
+        client = openai.AsyncOpenAI(
+            base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=300
+        )
         stream = await client.chat.completions.create(
-            model="default", messages=QUESTION, max_tokens=12, stream=True,  # type: ignore[arg-type]
-            stream_options={"include_usage": True}, extra_body=DEBATE,
+            model="default",
+            messages=QUESTION,
+            max_tokens=12,
+            stream=True,  # type: ignore[arg-type]
+            stream_options={"include_usage": True},
+            extra_body=DEBATE,
         )
         events: list[dict[str, Any]] = []
         content = ""
@@ -98,9 +123,14 @@ def test_debate_streaming_async(server: LiveServer) -> None:
 
 def test_vote_async_non_stream(server: LiveServer) -> None:
     async def scenario() -> Any:
-        async with openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=300) as client:
+        async with openai.AsyncOpenAI(
+            base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=300
+        ) as client:
             return await client.chat.completions.create(
-                model="default", messages=QUESTION, max_tokens=16, extra_body=VOTE  # type: ignore[arg-type]
+                model="default",
+                messages=QUESTION,
+                max_tokens=16,
+                extra_body=VOTE,  # type: ignore[arg-type]
             )
 
     done = anyio.run(scenario)
@@ -111,19 +141,31 @@ def test_bad_input_then_success_on_the_real_engine(server: LiveServer) -> None:
     client = sync_client(server)
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(
-            model="default", messages=[{"role": "user", "content": "word " * 5000}], max_tokens=8  # type: ignore[arg-type]
+            model="default",
+            messages=[{"role": "user", "content": "word " * 5000}],
+            max_tokens=8,  # type: ignore[arg-type]
         )
     assert info.value.status_code == 400
     assert "allows" in str(info.value) or "max_model_len" in str(info.value)
     with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model="default", messages=QUESTION, extra_body={**VOTE, "collaboration": {"mode": "x"}})  # type: ignore[arg-type]
+        client.chat.completions.create(
+            model="default", messages=QUESTION, extra_body={**VOTE, "collaboration": {"mode": "x"}}
+        )  # type: ignore[arg-type]
     done = client.chat.completions.create(model="default", messages=QUESTION, max_tokens=4)  # type: ignore[arg-type]
     assert done.choices[0].message.content is not None
 
 
-def test_disconnect_mid_debate_returns_the_engine_to_idle(server: LiveServer, real_engine: RealEngine) -> None:
-    body = {"model": "default", "messages": QUESTION, "max_tokens": 200, "stream": True,
-            "agents": [{"name": "debater", "count": 3}], "collaboration": {"mode": "debate", "rounds": 2}}
+def test_disconnect_mid_debate_returns_the_engine_to_idle(
+    server: LiveServer, real_engine: RealEngine
+) -> None:
+    body = {
+        "model": "default",
+        "messages": QUESTION,
+        "max_tokens": 200,
+        "stream": True,
+        "agents": [{"name": "debater", "count": 3}],
+        "collaboration": {"mode": "debate", "rounds": 2},
+    }
 
     async def scenario() -> None:
         async with (
@@ -137,7 +179,11 @@ def test_disconnect_mid_debate_returns_the_engine_to_idle(server: LiveServer, re
                 if seen >= 2:
                     break
         await eventually(
-            lambda: server.metric("microagent_engine_requests_running") == 0 and not server.state.collaborations, 5
+            lambda: (
+                server.metric("microagent_engine_requests_running") == 0
+                and not server.state.collaborations
+            ),
+            5,
         )
 
     anyio.run(scenario)
@@ -145,7 +191,10 @@ def test_disconnect_mid_debate_returns_the_engine_to_idle(server: LiveServer, re
 
 
 def _context(i: int) -> str:
-    facts = " ".join(f"Fact {j} of case {i}: the sample {j} was stored in rack {j % 7} at {j * 3} degrees." for j in range(18))
+    facts = " ".join(
+        f"Fact {j} of case {i}: the sample {j} was stored in rack {j % 7} at {j * 3} degrees."
+        for j in range(18)
+    )
     return facts + f"\nQuestion {i}: was sample 3 stored in rack 3? Answer yes or no."
 
 
@@ -158,8 +207,15 @@ def test_32_concurrent_vote_3_collaborations(server: LiveServer, real_engine: Re
             results: list[Any] = []
 
             async def one(i: int) -> None:
-                r = await client.post("/v1/chat/completions", json={
-                    "model": "default", "messages": [{"role": "user", "content": _context(i)}], "max_tokens": 16, **VOTE})
+                r = await client.post(
+                    "/v1/chat/completions",
+                    json={
+                        "model": "default",
+                        "messages": [{"role": "user", "content": _context(i)}],
+                        "max_tokens": 16,
+                        **VOTE,
+                    },
+                )
                 results.append((r.status_code, r.json()))
 
             with anyio.fail_after(600):
@@ -179,13 +235,15 @@ def test_graph_through_the_openai_sdk(server: LiveServer) -> None:
 
     collaboration = {"mode": "graph", **review_graph(2).to_dict()}
     done = sync_client(server).chat.completions.create(
-        model="default", messages=[{"role": "user", "content": "Write a Python function is_even(n)."}],
-        max_tokens=24, extra_body={"collaboration": collaboration},
+        model="default",
+        messages=[{"role": "user", "content": "Write a Python function is_even(n)."}],
+        max_tokens=24,
+        extra_body={"collaboration": collaboration},
     )
     collab: dict[str, Any] = done.model_extra["collaboration"]  # type: ignore[index]
     assert collab["mode"] == "graph"
     assert done.choices[0].message.content == collab["answer"]
     agents = {a["name"] for a in collab["agents"]}
     assert {"planner", "coder-1", "coder-2", "reviewer", "final"} <= agents
-    nodes = collab["graph"]["nodes"]
+    nodes = collab["details"]["nodes"]
     assert 1 <= nodes["coder"]["iterations"] <= 3

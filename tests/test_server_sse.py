@@ -8,7 +8,13 @@ from microagent.server._sse import EventBuffer, StreamItem, encode
 
 
 def delta(owner: str, text: str, *, droppable: bool = True) -> StreamItem:
-    return StreamItem(build=lambda t: {"owner": owner, "text": t}, text=text, owner=owner, mergeable=True, droppable=droppable)
+    return StreamItem(
+        build=lambda t: {"owner": owner, "text": t},
+        text=text,
+        owner=owner,
+        mergeable=True,
+        droppable=droppable,
+    )
 
 
 def essential(name: str) -> StreamItem:

@@ -124,9 +124,18 @@ async def test_one_for_all_restarts_every_sibling() -> None:
             assert await kids[name].ask(Ping()) == name
         assert [kids[n].restarts for n in "abc"] == [1, 1, 1]
         assert sorted(log) == sorted(
-            ["stop b ValueError", "start b", f"stop a {RESTART}", "start a", f"stop c {RESTART}", "start c"]
+            [
+                "stop b ValueError",
+                "start b",
+                f"stop a {RESTART}",
+                "start a",
+                f"stop c {RESTART}",
+                "start c",
+            ]
         )
-        assert [e.directive for e in rt.supervision_log] == [Directive.RESTART]  # one restart counted
+        assert [e.directive for e in rt.supervision_log] == [
+            Directive.RESTART
+        ]  # one restart counted
 
 
 async def test_intensity_exceeded_escalates_to_the_parent() -> None:

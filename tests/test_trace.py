@@ -14,9 +14,8 @@ import trio.testing
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.image import imread
-from microagent.actors import AgentSpec, CollaborationEvent, Outcome, collaborate
-from microagent.actors._collab_types import event
-from microagent.actors._trace import PHASES, TraceRecorder, plot_timeline, write_trace
+from microagent.collab import AgentSpec, CollaborationEvent, Outcome, collaborate, event
+from microagent.collab.trace import PHASES, TraceRecorder, plot_timeline, write_trace
 from microagent.engine_bridge import EngineRequest, ScriptedEngine
 
 CONTEXT = "Is the sky blue on a clear day? " * 20
@@ -51,7 +50,16 @@ TRACE_SCHEMA: dict[str, Any] = {
                 {
                     "if": {"properties": {"ph": {"const": "M"}}},
                     "then": {
-                        "properties": {"name": {"enum": ["process_name", "thread_name", "thread_sort_index", "process_sort_index"]}},
+                        "properties": {
+                            "name": {
+                                "enum": [
+                                    "process_name",
+                                    "thread_name",
+                                    "thread_sort_index",
+                                    "process_sort_index",
+                                ]
+                            }
+                        },
                         "required": ["args"],
                     },
                 },
@@ -67,7 +75,7 @@ def run_virtual(fn: Callable[[], Awaitable[Any]]) -> Any:
 
 
 def early_stopping_vote() -> tuple[TraceRecorder, Outcome]:
-    """Three quick voters and two slow ones: three "yes" decide the vote, the slow two are pruned mid-decode."""
+    """Three quick voters, two slow ones: three "yes" decide, the slow two are pruned mid-decode."""
 
     def script(prompt: tuple[int, ...], request: EngineRequest) -> str | None:
         if request.sampling.choices:
@@ -76,15 +84,25 @@ def early_stopping_vote() -> tuple[TraceRecorder, Outcome]:
 
     agents = [
         AgentSpec("voter", count=3),
-        AgentSpec("slow-voter", count=2, instructions="Think it through at length.", max_tokens=200),
+        AgentSpec(
+            "slow-voter", count=2, instructions="Think it through at length.", max_tokens=200
+        ),
     ]
 
     async def main() -> tuple[TraceRecorder, Outcome]:
-        async with ScriptedEngine(script=script, decode_time_per_token=0.01, prefill_time_per_token=0.001) as engine:
+        async with ScriptedEngine(
+            script=script, decode_time_per_token=0.01, prefill_time_per_token=0.001
+        ) as engine:
             recorder = TraceRecorder()
             outcome = await collaborate(
-                engine, "vote", CONTEXT, agents,
-                answer={"choices": ["yes", "no"]}, style="reason", max_tokens=64, on_event=recorder,
+                engine,
+                "vote",
+                CONTEXT,
+                agents,
+                answer={"choices": ["yes", "no"]},
+                style="reason",
+                max_tokens=64,
+                on_event=recorder,
             )
             assert engine.live_requests() == frozenset()
         recorder.set_outcome(outcome)
@@ -96,9 +114,19 @@ def early_stopping_vote() -> tuple[TraceRecorder, Outcome]:
 
 def debate() -> tuple[TraceRecorder, Outcome]:
     async def main() -> tuple[TraceRecorder, Outcome]:
-        async with ScriptedEngine(decode_time_per_token=0.01, prefill_time_per_token=0.001) as engine:
+        async with ScriptedEngine(
+            decode_time_per_token=0.01, prefill_time_per_token=0.001
+        ) as engine:
             recorder = TraceRecorder(mode="debate")
-            outcome = await collaborate(engine, "debate", CONTEXT, [AgentSpec("debater", count=3)], rounds=2, max_tokens=32, on_event=recorder)
+            outcome = await collaborate(
+                engine,
+                "debate",
+                CONTEXT,
+                [AgentSpec("debater", count=3)],
+                rounds=2,
+                max_tokens=32,
+                on_event=recorder,
+            )
         return recorder, outcome
 
     result: tuple[TraceRecorder, Outcome] = run_virtual(main)
@@ -106,7 +134,11 @@ def debate() -> tuple[TraceRecorder, Outcome]:
 
 
 def threads(trace: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    return {e["tid"]: e["args"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    return {
+        e["tid"]: e["args"]
+        for e in trace["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    }
 
 
 def lane_labels(fig: Figure) -> list[str]:
@@ -148,7 +180,11 @@ def test_vote_trace_is_valid_trace_event_json(tmp_path: Path) -> None:
         assert sum(e["args"]["prompt_tokens"] for e in mine) == agent.prompt_tokens
         assert sum(e["args"]["cached_tokens"] for e in mine) == agent.cached_tokens
         for turn in mine:  # every phase lies inside its turn
-            inside = [p for p in phases if p["tid"] == turn["tid"] and turn["ts"] <= p["ts"] < turn["ts"] + turn["dur"]]
+            inside = [
+                p
+                for p in phases
+                if p["tid"] == turn["tid"] and turn["ts"] <= p["ts"] < turn["ts"] + turn["dur"]
+            ]
             assert all(p["ts"] + p["dur"] <= turn["ts"] + turn["dur"] + 1 for p in inside)
     pruned_turns = {e["tid"] for e in turns if e["name"] == "pruned"}
     assert pruned_turns and pruned_turns <= {tid[a] for a in pruned}
@@ -165,15 +201,29 @@ def test_vote_timeline_has_one_lane_per_agent_and_marks_pruned(tmp_path: Path) -
     png = tmp_path / "timeline.png"
     fig = plot_timeline(recorder, png)
 
-    expected = [f"{a.name} (pruned)" if a.name in pruned else a.name for a in outcome.agents]  # spawn order
-    assert expected == ["voter-1", "voter-2", "voter-3", "slow-voter-1 (pruned)", "slow-voter-2 (pruned)"]
+    expected = [
+        f"{a.name} (pruned)" if a.name in pruned else a.name for a in outcome.agents
+    ]  # spawn order
+    assert expected == [
+        "voter-1",
+        "voter-2",
+        "voter-3",
+        "slow-voter-1 (pruned)",
+        "slow-voter-2 (pruned)",
+    ]
     assert lane_labels(fig) == expected
     ax = fig.axes[0]
     assert [t.get_color() for t in ax.get_yticklabels()].count("#d62728") == len(pruned)
     bars = [c for c in ax.collections if isinstance(c, PolyCollection)]
     trace = recorder.to_chrome_trace()
-    lanes_phases = {(e["tid"], e["name"]) for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "phase"}
-    failed_lanes = {e["tid"] for e in trace["traceEvents"] if e["ph"] == "X" and e["name"] == "pruned"}
+    lanes_phases = {
+        (e["tid"], e["name"])
+        for e in trace["traceEvents"]
+        if e["ph"] == "X" and e["cat"] == "phase"
+    }
+    failed_lanes = {
+        e["tid"] for e in trace["traceEvents"] if e["ph"] == "X" and e["name"] == "pruned"
+    }
     assert len(bars) == len(lanes_phases) + len(failed_lanes)
     hatched = [c for c in bars if c.get_hatch()]
     assert len(hatched) == len(failed_lanes) >= 1
@@ -195,17 +245,31 @@ def test_debate_trace_and_timeline_from_a_saved_file(tmp_path: Path) -> None:
     trace = json.loads(path.read_text())
     jsonschema.validate(trace, TRACE_SCHEMA)
     tracks = threads(trace)
-    assert sorted(t["agent"] for k, t in tracks.items() if k) == ["debater-1", "debater-2", "debater-3"]
+    assert sorted(t["agent"] for k, t in tracks.items() if k) == [
+        "debater-1",
+        "debater-2",
+        "debater-3",
+    ]
     turns = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "turn"]
-    assert sorted(e["args"]["round"] for e in turns) == sorted([r for r in range(1, outcome.rounds + 1)] * 3)
-    assert [e["args"]["round"] for e in trace["traceEvents"] if e["ph"] == "i" and e["name"] == "round"] == list(range(1, outcome.rounds + 1))
+    assert sorted(e["args"]["round"] for e in turns) == sorted(
+        [r for r in range(1, outcome.rounds + 1)] * 3
+    )
+    assert [
+        e["args"]["round"] for e in trace["traceEvents"] if e["ph"] == "i" and e["name"] == "round"
+    ] == list(range(1, outcome.rounds + 1))
 
     fig = plot_timeline(trace, tmp_path / "debate.png")  # drawn from the loaded JSON
     assert lane_labels(fig) == ["debater-1", "debater-2", "debater-3"]
     assert lane_labels(plot_timeline(recorder)) == lane_labels(fig)
     assert not pruned_markers(fig)
-    assert not [c for c in fig.axes[0].collections if isinstance(c, PolyCollection) and c.get_hatch()]
-    vlines = [line for line in fig.axes[0].get_lines() if line.get_gid() not in ("vote-marker", "pruned-marker")]
+    assert not [
+        c for c in fig.axes[0].collections if isinstance(c, PolyCollection) and c.get_hatch()
+    ]
+    vlines = [
+        line
+        for line in fig.axes[0].get_lines()
+        if line.get_gid() not in ("vote-marker", "pruned-marker")
+    ]
     assert len(vlines) == outcome.rounds + 1  # each round's end and the final answer
     assert fig.axes[0].get_title(loc="left").startswith("debate: 3 agents")
     assert (tmp_path / "debate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -222,12 +286,31 @@ async def test_recorder_forwards_to_sync_and_async_callbacks() -> None:
     async with ScriptedEngine(script=lambda p, r: "yes" if r.sampling.choices else None) as engine:
         sync_rec = TraceRecorder(forward=seen.append)
         async_rec = TraceRecorder(async_cb)
-        await collaborate(engine, "vote", CONTEXT, [AgentSpec("voter", count=3)], answer={"choices": ["yes", "no"]}, style="direct", on_event=sync_rec)
-        await collaborate(engine, "vote", CONTEXT, [AgentSpec("voter", count=3)], answer={"choices": ["yes", "no"]}, style="direct", on_event=async_rec)
+        await collaborate(
+            engine,
+            "vote",
+            CONTEXT,
+            [AgentSpec("voter", count=3)],
+            answer={"choices": ["yes", "no"]},
+            style="direct",
+            on_event=sync_rec,
+        )
+        await collaborate(
+            engine,
+            "vote",
+            CONTEXT,
+            [AgentSpec("voter", count=3)],
+            answer={"choices": ["yes", "no"]},
+            style="direct",
+            on_event=async_rec,
+        )
     assert seen == sync_rec.events and seen[-1].type == "final"
     assert awaited == [e.type for e in async_rec.events] and awaited[-1] == "final"
     sync_rec.clear()
-    assert sync_rec.events == [] and sync_rec.to_chrome_trace()["traceEvents"][1]["args"]["name"] == "collaboration"
+    assert (
+        sync_rec.events == []
+        and sync_rec.to_chrome_trace()["traceEvents"][1]["args"]["name"] == "collaboration"
+    )
 
 
 def test_unfinished_failed_and_never_started_turns() -> None:

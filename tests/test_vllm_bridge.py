@@ -32,7 +32,38 @@ from microagent.engine_bridge._vllm import VLLMBridge
 BLOCK = 128
 GREEDY = Sampling(max_tokens=8, temperature=0.0)
 
-_WORDS = ["river", "mountain", "lantern", "harbor", "copper", "meadow", "orbit", "signal", "velvet", "anchor", "canyon", "ember", "falcon", "glacier", "horizon", "island", "jasmine", "kernel", "lattice", "marble", "nectar", "obsidian", "prism", "quartz", "ripple", "saffron", "timber", "umbra", "vertex", "willow"]
+_WORDS = [
+    "river",
+    "mountain",
+    "lantern",
+    "harbor",
+    "copper",
+    "meadow",
+    "orbit",
+    "signal",
+    "velvet",
+    "anchor",
+    "canyon",
+    "ember",
+    "falcon",
+    "glacier",
+    "horizon",
+    "island",
+    "jasmine",
+    "kernel",
+    "lattice",
+    "marble",
+    "nectar",
+    "obsidian",
+    "prism",
+    "quartz",
+    "ripple",
+    "saffron",
+    "timber",
+    "umbra",
+    "vertex",
+    "willow",
+]
 
 
 def _document(nonce: str, n_words: int) -> str:
@@ -74,7 +105,9 @@ def _delta(before: EngineStats, after: EngineStats) -> dict[str, int]:
     }
 
 
-async def _gather(bridge: VLLMBridge, prompts: Sequence[KVHandle], sampling: Sampling) -> list[GenerationResult]:
+async def _gather(
+    bridge: VLLMBridge, prompts: Sequence[KVHandle], sampling: Sampling
+) -> list[GenerationResult]:
     results: list[GenerationResult | None] = [None] * len(prompts)
 
     async def one(i: int) -> None:
@@ -138,14 +171,20 @@ def test_sampling_params_mapping() -> None:
     greedy = compat.sampling_params(Sampling(max_tokens=7, top_k=5))
     assert (greedy.max_tokens, greedy.temperature, greedy.seed) == (7, 0.0, None)
     assert greedy.output_kind.name == "DELTA"
-    choice = compat.sampling_params(Sampling(choices=("yes", "no"), temperature=0.7, seed=2), seed=2)
+    choice = compat.sampling_params(
+        Sampling(choices=("yes", "no"), temperature=0.7, seed=2), seed=2
+    )
     assert choice.structured_outputs.choice == ["yes", "no"]
     assert (choice.seed, choice.temperature) == (2, 0.7)
     regex = compat.sampling_params(Sampling(regex="[0-9]+", stop=("\n",)))
     assert regex.structured_outputs.regex == "[0-9]+"
     assert regex.stop == ["\n"]
     assert [compat.map_finish_reason(r) for r in ("stop", "length", "abort", None, "weird")] == [
-        "stop", "length", "abort", None, "error"
+        "stop",
+        "length",
+        "abort",
+        None,
+        "error",
     ]
 
 
@@ -156,7 +195,10 @@ def test_sampling_params_mapping() -> None:
 def test_engine_started_with_pinned_limits(real_engine: RealEngine) -> None:
     b = real_engine.bridge
     s = b.stats()
-    print(f"engine start: {real_engine.start_seconds:.1f} s (bridge.open), engine {b.engine_start_seconds}")
+    print(
+        f"engine start: {real_engine.start_seconds:.1f} s (bridge.open), "
+        f"engine {b.engine_start_seconds}"
+    )
     assert b.block_size == BLOCK
     assert s.kv_cache_capacity_tokens >= 100 * BLOCK
     assert s.kv_cache_capacity_tokens % BLOCK == 0
@@ -192,7 +234,10 @@ def test_generate_streams_deltas_and_returns_handle(real_engine: RealEngine) -> 
 
     async def run() -> GenerationResult:
         return await b.generate(
-            prompt, Sampling(max_tokens=12), priority=1, on_delta=lambda d: deltas.append(d.token_ids)
+            prompt,
+            Sampling(max_tokens=12),
+            priority=1,
+            on_delta=lambda d: deltas.append(d.token_ids),
         )
 
     r = real_engine.call(run)
@@ -268,7 +313,9 @@ def test_concurrent_forks_compute_the_context_once(real_engine: RealEngine) -> N
     assert first.handle.is_prefix_of(second)
     r2 = real_engine.call(b.generate, second, GREEDY)
     print(f"second-level fork: length={len(second)} cached={r2.cached_tokens}")
-    assert r2.cached_tokens >= (len(first.handle) - 1) // BLOCK * BLOCK  # all of the output's blocks
+    assert (
+        r2.cached_tokens >= (len(first.handle) - 1) // BLOCK * BLOCK
+    )  # all of the output's blocks
     assert r2.cached_tokens >= len(second) - BLOCK
     assert not r2.cache_miss
 
@@ -318,8 +365,10 @@ def test_second_engine_evicts_for_real_and_keeps_its_own_stats(real_engine: Real
     before = shared.stats()
     (cold, warm, evicted, rewarmed), small_stats, capacity = real_engine.call(run)
     after = shared.stats()
-    print(f"small engine: capacity={capacity} cached cold/warm/evicted/rewarmed="
-          f"{cold.cached_tokens}/{warm.cached_tokens}/{evicted.cached_tokens}/{rewarmed.cached_tokens}")
+    print(
+        f"small engine: capacity={capacity} cached cold/warm/evicted/rewarmed="
+        f"{cold.cached_tokens}/{warm.cached_tokens}/{evicted.cached_tokens}/{rewarmed.cached_tokens}"
+    )
     assert capacity == 12 * BLOCK
     full = (len(cold.prompt) - 1) // BLOCK * BLOCK
     assert (cold.cached_tokens, warm.cached_tokens) == (0, full)
@@ -437,7 +486,10 @@ def test_adapters_do_not_share_cache(real_engine: RealEngine) -> None:
 
     a1, b1, b2, a2, base = real_engine.call(run)
     full = (len(prompt) - 1) // BLOCK * BLOCK
-    print(f"adapters: a1={a1.cached_tokens} b1={b1.cached_tokens} b2={b2.cached_tokens} a2={a2.cached_tokens} base={base.cached_tokens}")
+    print(
+        f"adapters: a1={a1.cached_tokens} b1={b1.cached_tokens} b2={b2.cached_tokens} "
+        f"a2={a2.cached_tokens} base={base.cached_tokens}"
+    )
     assert (a1.adapter, b1.adapter, base.adapter) == ("lora-a", "lora-b", None)
     assert a1.cached_tokens == 0
     assert b1.cached_tokens == 0  # same tokens, other adapter: no hit
@@ -473,7 +525,9 @@ def test_killed_engine_fails_fast_and_restarts(real_engine: RealEngine) -> None:
     b = real_engine.bridge
     epoch, restarts = b.epoch, b.restarts
     # A handle resident in this epoch (longer than a block, so its reuse can miss).
-    old = real_engine.call(b.generate, _fork(b, _context(b, 300), "One word?"), Sampling(max_tokens=4))
+    old = real_engine.call(
+        b.generate, _fork(b, _context(b, 300), "One word?"), Sampling(max_tokens=4)
+    )
     pids = b.engine_core_pids()
     assert pids
     before = b.stats()
@@ -513,7 +567,10 @@ def test_killed_engine_fails_fast_and_restarts(real_engine: RealEngine) -> None:
     after = b.stats()
     assert after.requests_failed == before.requests_failed + 1
     assert after.requests_finished == before.requests_finished + 1
-    assert after.requests_started == after.requests_finished + after.requests_aborted + after.requests_failed
+    assert (
+        after.requests_started
+        == after.requests_finished + after.requests_aborted + after.requests_failed
+    )
     assert after.prefix_cache_queries == fresh.prompt_tokens
     assert after.kv_cache_capacity_tokens == before.kv_cache_capacity_tokens
     # An old-epoch handle still works; its first use is reported as a miss.

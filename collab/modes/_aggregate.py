@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from ..engine_bridge import KVHandle
-from ._collab import CollaborationContext, CollaborationOp, register_mode, split_final_role
-from ._collab_config import ModeConfig
-from ._collab_roles import Turn, clean_text
-from ._collab_types import AgentSpec, CollaborationFailed
+from ...engine_bridge import KVHandle
+from .._agent import Turn
+from .._config import ModeConfig
+from .._context import CollaborationContext, split_final_role
+from .._mode import CollaborationOp, ModeResult
+from .._spec import AgentSpec
 
 AGGREGATE_PROMPT = (
     "Above is one proposal; the other proposals follow. Combine the best parts of all proposals "
@@ -24,8 +25,7 @@ AGGREGATE_PROMPT = (
 )
 
 
-@register_mode
-class Aggregate(CollaborationOp):
+class Aggregate(CollaborationOp[ModeConfig]):
     """Mixture of agents: proposals spliced as handles into one aggregator."""
 
     name = "aggregate"
@@ -40,13 +40,15 @@ class Aggregate(CollaborationOp):
         super().validate(config, agents)
         split_final_role(agents, "aggregator")
 
-    async def run(self, ctx: CollaborationContext) -> str:
+    async def run(self, ctx: CollaborationContext[ModeConfig]) -> ModeResult:
         proposer_specs, aggregator_spec = split_final_role(ctx.agents, "aggregator")
         proposers = await ctx.spawn_all(proposer_specs, role="proposer")
-        aggregator = await ctx.spawn(aggregator_spec.agent_names()[0], aggregator_spec, "aggregator")
+        aggregator = await ctx.spawn(
+            aggregator_spec.agent_names()[0], aggregator_spec, "aggregator"
+        )
         proposals = await ctx.answer_all(proposers, "proposal")
         if not proposals:
-            raise CollaborationFailed("no proposer produced a proposal", tuple(ctx.records.values()))
+            raise ctx.failure("no proposer produced a proposal")
         ordered = list(proposals)
         first = proposals[ordered[0]].result
         assert first is not None
@@ -59,9 +61,19 @@ class Aggregate(CollaborationOp):
             parts.append(f"\nProposal from {name}: ")
             parts.append(result.output)
         instructions = "\n".join(x for x in (AGGREGATE_PROMPT, aggregator_spec.instructions) if x)
-        prompt = ctx.prompt(aggregator_spec, base=base, parts=parts, instructions="\n" + instructions)
-        done = await ctx.turn(aggregator, Turn(prompt, ctx.sampling(aggregator_spec, temperature=0.0), label="aggregate", priority=-1))
+        prompt = ctx.prompt(
+            aggregator_spec, base=base, parts=parts, instructions="\n" + instructions
+        )
+        done = await ctx.turn(
+            aggregator,
+            Turn(
+                prompt,
+                ctx.sampling(aggregator_spec, temperature=0.0),
+                label="aggregate",
+                priority=-1,
+            ),
+        )
         if done.result is None:
-            raise CollaborationFailed("the aggregator produced nothing", tuple(ctx.records.values()))
-        ctx.extra["proposals"] = {name: clean_text(proposals[name].text) for name in ordered}
-        return clean_text(done.text)
+            raise ctx.failure("the aggregator produced nothing")
+        texts = {name: proposals[name].content for name in ordered}
+        return ModeResult(answer=done.content, details={"proposals": texts})

@@ -16,17 +16,14 @@ from typing import Any, ClassVar
 
 import attrs
 
-from ..engine_bridge import KVHandle
-from ._answers import all_agree, majority
-from ._collab import (
-    CollaborationContext,
-    CollaborationOp,
-    register_mode,
-    split_final_role,
-)
-from ._collab_config import ModeConfig
-from ._collab_roles import Turn, clean_text
-from ._collab_types import AgentSpec, CollaborationFailed, InvalidCollaboration
+from ...engine_bridge import KVHandle
+from .._agent import Turn
+from .._config import ModeConfig
+from .._context import CollaborationContext, split_final_role
+from .._errors import InvalidCollaboration
+from .._mode import CollaborationOp, ModeResult
+from .._spec import AgentSpec
+from .._tally import all_agree, majority
 
 ACCEPT = "ACCEPT"
 VERIFY_PROMPT = (
@@ -47,8 +44,7 @@ class CascadeConfig(ModeConfig):
     verify: str = attrs.field(default="on_disagreement", validator=_verify)
 
 
-@register_mode
-class Cascade(CollaborationOp):
+class Cascade(CollaborationOp[CascadeConfig]):
     """Small drafts, large verifies; escalate only on disagreement."""
 
     name = "cascade"
@@ -59,51 +55,57 @@ class Cascade(CollaborationOp):
     )
     min_agents = 2
 
-    def validate(self, config: ModeConfig, agents: Sequence[AgentSpec]) -> None:
+    def validate(self, config: CascadeConfig, agents: Sequence[AgentSpec]) -> None:
         super().validate(config, agents)
         split_final_role(agents, "verifier")
 
-    async def run(self, ctx: CollaborationContext) -> str:
+    async def run(self, ctx: CollaborationContext[CascadeConfig]) -> ModeResult:
         config = ctx.config
-        assert isinstance(config, CascadeConfig)
         drafter_specs, verifier_spec = split_final_role(ctx.agents, "verifier")
         drafters = await ctx.spawn_all(drafter_specs, role="drafter")
         drafts = await ctx.answer_all(drafters, "draft")
         if not drafts:
-            raise CollaborationFailed("no drafter produced a draft", tuple(ctx.records.values()))
+            raise ctx.failure("no drafter produced a draft")
         ordered = list(drafts)
-        answers = {name: ctx.normalize(drafts[name].text) for name in ordered}
+        answers = {name: ctx.normalize(drafts[name].content) for name in ordered}
         for name, answer in answers.items():
             ctx.records[name].answer = answer
         agree = all_agree(answers) or (len(answers) == 1 and config.verify != "always")
-        choices = config.answer.choices if config.answer is not None else None
+        choices = ctx.choices
         winner = majority([answers[n] for n in ordered], choices)
         best = next(n for n in ordered if answers[n] == winner) if winner else ordered[0]
-        ctx.extra["drafts"] = {n: clean_text(drafts[n].text) for n in ordered}
+        kept = winner if choices else drafts[best].content
+        details: dict[str, object] = {"drafts": {n: drafts[n].content for n in ordered}}
         if agree and config.verify == "on_disagreement":
-            ctx.extra["escalated"] = False
-            ctx.early_stopped = True
-            return winner if choices else clean_text(drafts[best].text)
+            details["escalated"] = False
+            return ModeResult(answer=kept, early_stopped=True, details=details)
 
-        ctx.extra["escalated"] = True
-        await ctx.emit("escalate", None, reason="drafters disagree" if not agree else "verify=always")
+        details["escalated"] = True
+        reason = "drafters disagree" if not agree else "verify=always"
+        await ctx.emit("escalate", None, reason=reason)
         verifier = await ctx.spawn(verifier_spec.agent_names()[0], verifier_spec, "verifier")
         bridge = verifier.bridge
-        same_tokens = all(bridge.tokenizer_fingerprint() == d.bridge.tokenizer_fingerprint() for d in drafters)
-        ctx.extra["retokenized"] = not same_tokens
+        same_tokens = all(
+            bridge.tokenizer_fingerprint() == d.bridge.tokenizer_fingerprint() for d in drafters
+        )
+        details["retokenized"] = not same_tokens
         parts: list[str | KVHandle] = []
         for i, name in enumerate([best] + [n for n in ordered if n != best], 1):
             result = drafts[name].result
             assert result is not None
             parts.append(f"\nDraft {i}: ")
-            parts.append(ctx.transfer(result.output, bridge) if same_tokens else clean_text(result.text))
-        prompt = ctx.prompt(verifier_spec, parts=parts, instructions="\n" + (verifier_spec.instructions or VERIFY_PROMPT))
-        done = await ctx.turn(verifier, Turn(prompt, ctx.sampling(verifier_spec, temperature=0.0), label="verify", priority=-1))
+            parts.append(
+                ctx.transfer(result.output, bridge) if same_tokens else drafts[name].content
+            )
+        instructions = "\n" + (verifier_spec.instructions or VERIFY_PROMPT)
+        prompt = ctx.prompt(verifier_spec, parts=parts, instructions=instructions)
+        sampling = ctx.sampling(verifier_spec, temperature=0.0)
+        done = await ctx.turn(verifier, Turn(prompt, sampling, label="verify", priority=-1))
         if done.result is None:
-            raise CollaborationFailed("the verifier produced nothing", tuple(ctx.records.values()))
-        text = clean_text(done.text)
+            raise ctx.failure("the verifier produced nothing")
+        text = done.content
         if ACCEPT.lower() in text.lower()[: len(ACCEPT) + 8]:
-            ctx.extra["verdict"] = "accepted"
-            return winner if choices else clean_text(drafts[best].text)
-        ctx.extra["verdict"] = "rewritten"
-        return ctx.normalize(text) if choices else text
+            details["verdict"] = "accepted"
+            return ModeResult(answer=kept, details=details)
+        details["verdict"] = "rewritten"
+        return ModeResult(answer=ctx.normalize(text) if choices else text, details=details)

@@ -23,32 +23,29 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 import attrs
 
-from ._collab_types import AgentSpec, InvalidCollaboration
-from ._validators import run_validator, validator_from_spec
+from .._errors import InvalidCollaboration, InvalidGraph
+from .._spec import MAX_AGENT_COUNT, AgentSpec, check_agent_field
+from .._validators import run_validator, validator_from_spec
 
-#: Most instances one node may fan out to.
-MAX_NODE_COUNT = 64
+#: Most instances one node may fan out to (an agent spec's own limit).
+MAX_NODE_COUNT: Final = MAX_AGENT_COUNT
+#: The agent fields a node carries (it adds ``join``); their rules are ``AgentSpec``'s.
+NODE_AGENT_FIELDS: Final = (
+    "name",
+    "instructions",
+    "adapter",
+    "model",
+    "temperature",
+    "max_tokens",
+    "count",
+)
 
 Predicate = Callable[[str], "bool | Awaitable[bool]"]
-
-
-class InvalidGraph(InvalidCollaboration):
-    """A graph is invalid; ``node`` names the node at fault (None when no node is)."""
-
-    def __init__(self, node: str | None, reason: str, field: str = "collaboration.graph") -> None:
-        self.node = node
-        where = f"node {node!r}: " if node is not None else ""
-        super().__init__(field, where + reason)
-
-
-def _opt_str(value: object, node: str, key: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise InvalidGraph(node, f"{key} must be a string, got {type(value).__name__}", f"collaboration.nodes.{key}")
 
 
 @attrs.frozen
@@ -76,30 +73,28 @@ class Node:
     join: bool = False
 
     def __attrs_post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise InvalidGraph(None, f"a node name must be a non-empty string, got {self.name!r}", "collaboration.nodes.name")
-        name = self.name
-        if isinstance(self.count, bool) or not isinstance(self.count, int) or not 1 <= self.count <= MAX_NODE_COUNT:
-            raise InvalidGraph(name, f"count must be an integer in 1..{MAX_NODE_COUNT}, got {self.count!r}", "collaboration.nodes.count")
-        if not isinstance(self.instructions, str):
-            raise InvalidGraph(name, "instructions must be a string", "collaboration.nodes.instructions")
-        _opt_str(self.adapter, name, "adapter")
-        _opt_str(self.model, name, "model")
-        t = self.temperature
-        if t is not None and (isinstance(t, bool) or not isinstance(t, int | float) or not 0.0 <= t <= 2.0):
-            raise InvalidGraph(name, f"temperature must be a number in [0, 2], got {t!r}", "collaboration.nodes.temperature")
-        m = self.max_tokens
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
-            raise InvalidGraph(name, f"max_tokens must be a positive integer, got {m!r}", "collaboration.nodes.max_tokens")
+        reason = check_agent_field("name", self.name)
+        if reason is not None:
+            raise InvalidGraph(None, f"a node name {reason}", "collaboration.nodes.name")
+        for key in NODE_AGENT_FIELDS[1:]:
+            reason = check_agent_field(key, getattr(self, key))
+            if reason is not None:
+                raise InvalidGraph(self.name, f"{key} {reason}", f"collaboration.nodes.{key}")
         if not isinstance(self.join, bool):
-            raise InvalidGraph(name, f"join must be true or false, got {self.join!r}", "collaboration.nodes.join")
+            raise InvalidGraph(
+                self.name,
+                f"join must be true or false, got {self.join!r}",
+                "collaboration.nodes.join",
+            )
 
     def spec(self) -> AgentSpec:
         """The agent spec of this node's role actors (role = the node name)."""
-        return AgentSpec(
-            self.name, count=self.count, instructions=self.instructions, adapter=self.adapter,
-            model=self.model, temperature=self.temperature, max_tokens=self.max_tokens, role=self.name,
-        )
+        return AgentSpec(**{key: getattr(self, key) for key in NODE_AGENT_FIELDS}, role=self.name)
+
+    @classmethod
+    def from_spec(cls, spec: AgentSpec, **overrides: Any) -> Node:
+        """A node with ``spec``'s fields (``overrides``, e.g. ``join=True``, replace them)."""
+        return cls(**{**{key: getattr(spec, key) for key in NODE_AGENT_FIELDS}, **overrides})
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name}
@@ -111,21 +106,26 @@ class Node:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], defaults: AgentSpec | None = None) -> Node:
-        """Build from JSON; fields missing here are taken from ``defaults`` (an agent of the request)."""
+        """Build from JSON; missing fields are taken from ``defaults`` (an agent of the request)."""
         if not isinstance(data, Mapping):
             raise InvalidGraph(None, "each node must be an object", "collaboration.nodes")
         name = data.get("name")
         if not isinstance(name, str) or not name.strip():
-            raise InvalidGraph(None, f"a node needs a non-empty string name, got {name!r}", "collaboration.nodes.name")
+            raise InvalidGraph(
+                None,
+                f"a node needs a non-empty string name, got {name!r}",
+                "collaboration.nodes.name",
+            )
         unknown = sorted(set(data) - _NODE_FIELDS)
         if unknown:
-            raise InvalidGraph(name, f"unknown field {unknown[0]!r}; known: {sorted(_NODE_FIELDS)}", f"collaboration.nodes.{unknown[0]}")
+            raise InvalidGraph(
+                name,
+                f"unknown field {unknown[0]!r}; known: {sorted(_NODE_FIELDS)}",
+                f"collaboration.nodes.{unknown[0]}",
+            )
         fields: dict[str, Any] = {}
         if defaults is not None:
-            fields = {
-                "instructions": defaults.instructions, "adapter": defaults.adapter, "model": defaults.model,
-                "temperature": defaults.temperature, "max_tokens": defaults.max_tokens, "count": defaults.count,
-            }
+            fields = {key: getattr(defaults, key) for key in NODE_AGENT_FIELDS[1:]}
         fields.update({k: v for k, v in data.items() if v is not None or k in ("adapter", "model")})
         fields["instructions"] = fields.get("instructions") or ""
         return cls(**fields)
@@ -173,7 +173,11 @@ class Condition:
             return cls("callable", getattr(fn, "__name__", "callable"), call)
         field = "collaboration.edges.when"
         if not isinstance(spec, Mapping) or len(spec) != 1:
-            raise InvalidGraph(where, "an edge condition must be one of {contains}, {not_contains}, {regex}, {validator}", field)
+            raise InvalidGraph(
+                where,
+                "an edge condition must be one of {contains}, {not_contains}, {regex}, {validator}",
+                field,
+            )
         ((kind, value),) = spec.items()
         if kind in ("contains", "not_contains"):
             if not isinstance(value, str) or not value:
@@ -191,7 +195,9 @@ class Condition:
             try:
                 pattern = re.compile(value)
             except re.error as exc:
-                raise InvalidGraph(where, f"invalid regular expression {value!r}: {exc}", field) from None
+                raise InvalidGraph(
+                    where, f"invalid regular expression {value!r}: {exc}", field
+                ) from None
 
             async def search(text: str) -> bool:
                 return pattern.search(text) is not None
@@ -207,12 +213,16 @@ class Condition:
                 return (await run_validator(validator, text)).ok
 
             return cls(kind, value, passes)
-        raise InvalidGraph(where, f"unknown condition {kind!r}; use contains, not_contains, regex or validator", field)
+        raise InvalidGraph(
+            where,
+            f"unknown condition {kind!r}; use contains, not_contains, regex or validator",
+            field,
+        )
 
 
 @attrs.frozen
 class Edge:
-    """``source``'s output goes to ``target`` (when ``when`` holds); a loop edge has ``max_iterations``."""
+    """``source``'s output goes to ``target`` (if ``when`` holds); loops: ``max_iterations``."""
 
     source: str
     target: str
@@ -236,14 +246,67 @@ def _names(value: object, what: str) -> tuple[str, ...] | None:
     if value is None:
         return None
     items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list | tuple) or not items or not all(isinstance(x, str) for x in items):
-        raise InvalidGraph(None, f"{what} must be a node name or a non-empty list of names", f"collaboration.{what}")
+    if (
+        not isinstance(items, list | tuple)
+        or not items
+        or not all(isinstance(x, str) for x in items)
+    ):
+        raise InvalidGraph(
+            None,
+            f"{what} must be a node name or a non-empty list of names",
+            f"collaboration.{what}",
+        )
     return tuple(items)
 
 
-@attrs.define
+@attrs.frozen
+class _Adjacency:
+    """Edge lists by node, computed once per graph."""
+
+    forward: tuple[Edge, ...]
+    loops: tuple[Edge, ...]
+    into: Mapping[str, tuple[Edge, ...]]
+    out_of: Mapping[str, tuple[Edge, ...]]
+    loops_from: Mapping[str, tuple[Edge, ...]]
+
+    @classmethod
+    def of(cls, edges: Sequence[Edge]) -> _Adjacency:
+        into: dict[str, list[Edge]] = {}
+        out_of: dict[str, list[Edge]] = {}
+        loops_from: dict[str, list[Edge]] = {}
+        for e in edges:
+            if e.loop:
+                loops_from.setdefault(e.source, []).append(e)
+            else:
+                into.setdefault(e.target, []).append(e)
+                out_of.setdefault(e.source, []).append(e)
+
+        def frozen(m: dict[str, list[Edge]]) -> Mapping[str, tuple[Edge, ...]]:
+            return MappingProxyType({k: tuple(v) for k, v in m.items()})
+
+        return cls(
+            forward=tuple(e for e in edges if not e.loop),
+            loops=tuple(e for e in edges if e.loop),
+            into=frozen(into),
+            out_of=frozen(out_of),
+            loops_from=frozen(loops_from),
+        )
+
+
+def _edge_tuple(edges: Iterable[Edge]) -> tuple[Edge, ...]:
+    return tuple(edges)
+
+
+def _frozen_nodes(nodes: Mapping[str, Node]) -> Mapping[str, Node]:
+    return MappingProxyType(dict(nodes))
+
+
+@attrs.frozen
 class Graph:
-    """A collaboration graph: build it, validate it, run it with ``collaborate(engine, "graph", ctx, graph=g)``.
+    """A collaboration graph: build, validate, run: ``collaborate(engine, "graph", ctx, graph=g)``.
+
+    A graph is immutable: each builder method returns a new graph (chain them).
+    Edge lists by node are computed once per graph.
 
     Example::
 
@@ -257,21 +320,24 @@ class Graph:
              .edge("reviewer", "final"))
     """
 
-    nodes: dict[str, Node] = attrs.field(factory=dict)
-    edges: list[Edge] = attrs.field(factory=list)
+    nodes: Mapping[str, Node] = attrs.field(factory=dict, converter=_frozen_nodes)
+    edges: tuple[Edge, ...] = attrs.field(default=(), converter=_edge_tuple)
     entry: tuple[str, ...] | None = None
     output: str | None = None
+    _adjacency: _Adjacency = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_adjacency", _Adjacency.of(self.edges))
 
     # -- building ------------------------------------------------------------------
     def add(self, node: Node) -> Graph:
-        """Add a node (names are unique)."""
+        """This graph with ``node`` added (names are unique)."""
         if node.name in self.nodes:
             raise InvalidGraph(node.name, "duplicate node name", "collaboration.nodes.name")
-        self.nodes[node.name] = node
-        return self
+        return attrs.evolve(self, nodes={**self.nodes, node.name: node})
 
     def node(self, name: str, instructions: str = "", **fields: Any) -> Graph:
-        """Add a node: ``node("coder", "Implement it.", count=2, adapter="lora-a")``."""
+        """This graph with a node added: ``node("coder", "Implement it.", count=2)``."""
         return self.add(Node(name, instructions, **fields))
 
     def edge(
@@ -282,20 +348,28 @@ class Graph:
         when: Condition | Predicate | Mapping[str, Any] | None = None,
         max_iterations: int | None = None,
     ) -> Graph:
-        """Add an edge; ``when`` makes it conditional, ``max_iterations`` makes it a bounded loop."""
-        if max_iterations is not None and (isinstance(max_iterations, bool) or not isinstance(max_iterations, int) or max_iterations < 1):
-            raise InvalidGraph(source, f"max_iterations of edge {source} -> {target} must be a positive integer, got {max_iterations!r}", "collaboration.edges.max_iterations")
+        """This graph with an edge added (``when``: conditional; ``max_iterations``: a loop)."""
+        if max_iterations is not None and (
+            isinstance(max_iterations, bool)
+            or not isinstance(max_iterations, int)
+            or max_iterations < 1
+        ):
+            raise InvalidGraph(
+                source,
+                f"max_iterations of edge {source} -> {target} must be a positive integer, "
+                f"got {max_iterations!r}",
+                "collaboration.edges.max_iterations",
+            )
         cond = None if when is None else Condition.build(when, source)
-        self.edges.append(Edge(source, target, cond, max_iterations))
-        return self
+        return attrs.evolve(self, edges=(*self.edges, Edge(source, target, cond, max_iterations)))
 
     def set_entry(self, *names: str) -> Graph:
-        self.entry = names
-        return self
+        """This graph with its entry nodes set."""
+        return attrs.evolve(self, entry=names)
 
     def set_output(self, name: str) -> Graph:
-        self.output = name
-        return self
+        """This graph with its output node set."""
+        return attrs.evolve(self, output=name)
 
     # -- JSON ----------------------------------------------------------------------------
     @classmethod
@@ -310,46 +384,60 @@ class Graph:
             raise InvalidGraph(None, "the graph must be an object")
         unknown = sorted(set(data) - {"nodes", "edges", "entry", "output"})
         if unknown:
-            raise InvalidGraph(None, f"unknown graph field {unknown[0]!r}", f"collaboration.{unknown[0]}")
+            raise InvalidGraph(
+                None, f"unknown graph field {unknown[0]!r}", f"collaboration.{unknown[0]}"
+            )
         by_name = {a.name: a for a in agents}
-        graph = cls(entry=_names(data.get("entry"), "entry"), output=None)
         output = data.get("output")
         if output is not None and not isinstance(output, str):
             raise InvalidGraph(None, "output must be a node name", "collaboration.output")
-        graph.output = output
+        graph = cls(entry=_names(data.get("entry"), "entry"), output=output)
         nodes = data.get("nodes")
         if nodes is None:
             for spec in agents:
-                graph.add(Node(spec.name, spec.instructions, spec.adapter, spec.model, spec.temperature, spec.max_tokens, spec.count))
+                graph = graph.add(Node.from_spec(spec))
         else:
             if not isinstance(nodes, list | tuple):
                 raise InvalidGraph(None, "nodes must be a list", "collaboration.nodes")
             for item in nodes:
                 if isinstance(item, Node):
-                    graph.add(item)
+                    graph = graph.add(item)
                 elif isinstance(item, str):
-                    graph.add(Node.from_dict({"name": item}, by_name.get(item)))
+                    graph = graph.add(Node.from_dict({"name": item}, by_name.get(item)))
                 else:
                     name = item.get("name") if isinstance(item, Mapping) else None
-                    graph.add(Node.from_dict(item, by_name.get(name) if isinstance(name, str) else None))
+                    defaults = by_name.get(name) if isinstance(name, str) else None
+                    graph = graph.add(Node.from_dict(item, defaults))
         edges = data.get("edges", ())
         if not isinstance(edges, list | tuple):
             raise InvalidGraph(None, "edges must be a list", "collaboration.edges")
         for item in edges:
             if isinstance(item, Edge):
-                graph.edges.append(item)
+                graph = attrs.evolve(graph, edges=(*graph.edges, item))
                 continue
             if isinstance(item, list | tuple) and len(item) == 2:
                 item = {"from": item[0], "to": item[1]}
             if not isinstance(item, Mapping):
-                raise InvalidGraph(None, "each edge must be an object {from, to, when?, max_iterations?}", "collaboration.edges")
+                raise InvalidGraph(
+                    None,
+                    "each edge must be an object {from, to, when?, max_iterations?}",
+                    "collaboration.edges",
+                )
             extra = sorted(set(item) - {"from", "to", "when", "max_iterations"})
             src, dst = item.get("from"), item.get("to")
             if not isinstance(src, str) or not isinstance(dst, str):
-                raise InvalidGraph(src if isinstance(src, str) else None, "an edge needs string 'from' and 'to' node names", "collaboration.edges")
+                raise InvalidGraph(
+                    src if isinstance(src, str) else None,
+                    "an edge needs string 'from' and 'to' node names",
+                    "collaboration.edges",
+                )
             if extra:
-                raise InvalidGraph(src, f"unknown edge field {extra[0]!r}", f"collaboration.edges.{extra[0]}")
-            graph.edge(src, dst, when=item.get("when"), max_iterations=item.get("max_iterations"))
+                raise InvalidGraph(
+                    src, f"unknown edge field {extra[0]!r}", f"collaboration.edges.{extra[0]}"
+                )
+            graph = graph.edge(
+                src, dst, when=item.get("when"), max_iterations=item.get("max_iterations")
+            )
         return graph
 
     def to_dict(self) -> dict[str, Any]:
@@ -366,22 +454,26 @@ class Graph:
 
     # -- structure -----------------------------------------------------------------------
     @property
-    def forward(self) -> list[Edge]:
-        return [e for e in self.edges if not e.loop]
+    def forward(self) -> tuple[Edge, ...]:
+        """The forward edges (they form a DAG), in declaration order."""
+        return self._adjacency.forward
 
     @property
-    def loops(self) -> list[Edge]:
-        return [e for e in self.edges if e.loop]
+    def loops(self) -> tuple[Edge, ...]:
+        """The loop edges, in declaration order."""
+        return self._adjacency.loops
 
-    def in_edges(self, name: str) -> list[Edge]:
+    def in_edges(self, name: str) -> tuple[Edge, ...]:
         """Forward edges into ``name``, in declaration order (the prompt order)."""
-        return [e for e in self.edges if not e.loop and e.target == name]
+        return self._adjacency.into.get(name, ())
 
-    def out_edges(self, name: str) -> list[Edge]:
-        return [e for e in self.edges if not e.loop and e.source == name]
+    def out_edges(self, name: str) -> tuple[Edge, ...]:
+        """Forward edges out of ``name``, in declaration order."""
+        return self._adjacency.out_of.get(name, ())
 
-    def loop_edges(self, name: str) -> list[Edge]:
-        return [e for e in self.edges if e.loop and e.source == name]
+    def loop_edges(self, name: str) -> tuple[Edge, ...]:
+        """Loop edges out of ``name``, in declaration order."""
+        return self._adjacency.loops_from.get(name, ())
 
     def descendants(self, name: str) -> set[str]:
         """``name`` and every node it reaches through forward edges."""
@@ -409,12 +501,18 @@ class Graph:
         sources = {e.source for e in self.forward}
         sinks = [n for n in self.nodes if n not in sources and not self.loop_edges(n)]
         if len(sinks) != 1:
-            raise InvalidGraph(sinks[0] if sinks else None, f"cannot tell the output node (candidates: {sinks}); set output", "collaboration.output")
+            raise InvalidGraph(
+                sinks[0] if sinks else None,
+                f"cannot tell the output node (candidates: {sinks}); set output",
+                "collaboration.output",
+            )
         return sinks[0]
 
     def run_bound(self, name: str) -> int:
         """The most runs ``name`` can make: 1 + the iterations of every loop re-running it."""
-        return 1 + sum(e.max_iterations or 0 for e in self.loops if name in self.descendants(e.target))
+        return 1 + sum(
+            e.max_iterations or 0 for e in self.loops if name in self.descendants(e.target)
+        )
 
     def topological_order(self) -> list[str]:
         """Node names in forward-edge order (declaration order among ready nodes)."""
@@ -457,27 +555,48 @@ class Graph:
         for e in self.edges:
             for end in (e.source, e.target):
                 if end not in self.nodes:
-                    raise InvalidGraph(end, f"edge {e.source} -> {e.target} names an unknown node {end!r}", "collaboration.edges")
+                    raise InvalidGraph(
+                        end,
+                        f"edge {e.source} -> {e.target} names an unknown node {end!r}",
+                        "collaboration.edges",
+                    )
             key = (e.source, e.target, e.loop)
             if key in seen:
-                raise InvalidGraph(e.source, f"duplicate edge {e.source} -> {e.target}", "collaboration.edges")
+                raise InvalidGraph(
+                    e.source, f"duplicate edge {e.source} -> {e.target}", "collaboration.edges"
+                )
             seen.add(key)
         for name in (*(self.entry or ()), *((self.output,) if self.output is not None else ())):
             if name not in self.nodes:
-                raise InvalidGraph(name, "entry/output names an unknown node", "collaboration.entry" if self.output != name else "collaboration.output")
+                raise InvalidGraph(
+                    name,
+                    "entry/output names an unknown node",
+                    "collaboration.entry" if self.output != name else "collaboration.output",
+                )
         order = self.topological_order()
         if len(order) != len(self.nodes):
             stuck = next(n for n in self.nodes if n not in order and self._on_cycle(n))
-            raise InvalidGraph(stuck, "is on a cycle without a bound; make the edge back a loop edge with max_iterations", "collaboration.edges")
+            raise InvalidGraph(
+                stuck,
+                "is on a cycle without a bound; make the edge back a loop edge with max_iterations",
+                "collaboration.edges",
+            )
         for e in self.loops:
             if e.source not in self.descendants(e.target):
-                raise InvalidGraph(e.source, f"loop edge {e.source} -> {e.target} does not go back: {e.target!r} does not reach {e.source!r}", "collaboration.edges")
+                raise InvalidGraph(
+                    e.source,
+                    f"loop edge {e.source} -> {e.target} does not go back: "
+                    f"{e.target!r} does not reach {e.source!r}",
+                    "collaboration.edges",
+                )
         entries = self.entries()
         if not entries:
             raise InvalidGraph(None, "the graph has no entry node", "collaboration.entry")
         for name in entries:
             if self.in_edges(name):
-                raise InvalidGraph(name, "an entry node cannot have forward predecessors", "collaboration.entry")
+                raise InvalidGraph(
+                    name, "an entry node cannot have forward predecessors", "collaboration.entry"
+                )
         reached: set[str] = set()
         for name in entries:
             reached |= self.descendants(name)
@@ -495,11 +614,18 @@ class Graph:
                     changed = True
         for name in self.nodes:
             if name not in reaching:
-                raise InvalidGraph(name, f"cannot reach the output node {output!r}", "collaboration.edges")
+                raise InvalidGraph(
+                    name, f"cannot reach the output node {output!r}", "collaboration.edges"
+                )
         for name, node in self.nodes.items():
             plain = [e.source for e in self.in_edges(name) if e.when is None]
             if len(plain) > 1 and not node.join:
-                raise InvalidGraph(name, f"receives several unconditional inputs ({', '.join(plain)}) but is not a join node; set join", "collaboration.nodes.join")
+                raise InvalidGraph(
+                    name,
+                    f"receives several unconditional inputs ({', '.join(plain)}) "
+                    "but is not a join node; set join",
+                    "collaboration.nodes.join",
+                )
         return self
 
     def _on_cycle(self, name: str) -> bool:
@@ -513,59 +639,6 @@ class Graph:
                 seen.add(n)
                 todo.extend(e.target for e in self.out_edges(n))
         return False
-
-
-def graph_json_schema() -> dict[str, Any]:
-    """JSON Schema (2020-12) of a graph's dict form, for the server's OpenAPI document."""
-    condition = {
-        "type": "object",
-        "description": "A predicate on the source node's output text.",
-        "oneOf": [
-            {"required": ["contains"], "properties": {"contains": {"type": "string", "minLength": 1}}, "additionalProperties": False},
-            {"required": ["not_contains"], "properties": {"not_contains": {"type": "string", "minLength": 1}}, "additionalProperties": False},
-            {"required": ["regex"], "properties": {"regex": {"type": "string"}}, "additionalProperties": False},
-            {"required": ["validator"], "properties": {"validator": {"type": "object", "required": ["type"]}}, "additionalProperties": False},
-        ],
-    }
-    node = {
-        "type": "object",
-        "required": ["name"],
-        "additionalProperties": False,
-        "properties": {
-            "name": {"type": "string", "minLength": 1},
-            "instructions": {"type": "string"},
-            "adapter": {"type": ["string", "null"]},
-            "model": {"type": ["string", "null"]},
-            "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
-            "max_tokens": {"type": ["integer", "null"], "minimum": 1},
-            "count": {"type": "integer", "minimum": 1, "maximum": MAX_NODE_COUNT},
-            "join": {"type": "boolean"},
-        },
-    }
-    edge = {
-        "type": "object",
-        "required": ["from", "to"],
-        "additionalProperties": False,
-        "properties": {
-            "from": {"type": "string"},
-            "to": {"type": "string"},
-            "when": condition,
-            "max_iterations": {"type": "integer", "minimum": 1},
-        },
-    }
-    names = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]}
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": "CollaborationGraph",
-        "type": "object",
-        "properties": {
-            "nodes": {"type": "array", "items": {"oneOf": [{"type": "string"}, node]}},
-            "edges": {"type": "array", "items": edge},
-            "entry": names,
-            "output": {"type": "string"},
-        },
-        "additionalProperties": False,
-    }
 
 
 def as_graph(value: Graph | Mapping[str, Any], agents: Iterable[AgentSpec] = ()) -> Graph:

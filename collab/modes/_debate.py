@@ -14,12 +14,13 @@ from typing import ClassVar
 import anyio
 import attrs
 
-from ..engine_bridge import KVHandle
-from ._answers import all_agree, majority
-from ._collab import CollaborationContext, CollaborationOp, register_mode
-from ._collab_config import ModeConfig
-from ._collab_roles import Role, Turn, TurnDone
-from ._collab_types import AgentSpec, CollaborationFailed
+from ...engine_bridge import KVHandle
+from .._agent import Role, Turn, TurnDone
+from .._config import ModeConfig
+from .._context import CollaborationContext
+from .._mode import CollaborationOp, ModeResult
+from .._spec import AgentSpec
+from .._tally import all_agree, majority
 
 DEBATE_PROMPT = (
     "These are the answers of the other agents. Considering them, give your updated answer, "
@@ -33,8 +34,7 @@ class DebateConfig(ModeConfig):
     """debate options (``rounds`` defaults to 2)."""
 
 
-@register_mode
-class Debate(CollaborationOp):
+class Debate(CollaborationOp[DebateConfig]):
     """Multi-agent debate with append-only per-agent threads and early stop on agreement."""
 
     uses_rounds = True
@@ -43,46 +43,64 @@ class Debate(CollaborationOp):
     default_agents: ClassVar[tuple[AgentSpec, ...]] = (AgentSpec("debater", count=3),)
     min_agents = 2
 
-    async def run(self, ctx: CollaborationContext) -> str:
+    async def run(self, ctx: CollaborationContext[DebateConfig]) -> ModeResult:
         config = ctx.config
         rounds = config.rounds or 2
         agents = await ctx.spawn_all(role="debater")
         latest: dict[str, TurnDone] = {}
         answers: dict[str, str] = {}
+        ran = 0
+        agreed_early = False
         for r in range(1, rounds + 1):
-            ctx.rounds = r
+            ran = r
             previous = dict(latest)
 
-            async def speak(agent: Role, r: int = r, previous: dict[str, TurnDone] = previous) -> None:
+            async def speak(
+                agent: Role, r: int = r, previous: dict[str, TurnDone] = previous
+            ) -> None:
                 prompt = self._prompt(ctx, agent, r, previous)
                 # later rounds are the critical path: lower value = served first
-                done = await ctx.turn(agent, Turn(prompt, ctx.sampling(agent.spec), round=r, priority=-r, label=f"round {r}"))
+                sampling = ctx.sampling(agent.spec)
+                turn = Turn(prompt, sampling, round=r, priority=-r, label=f"round {r}")
+                done = await ctx.turn(agent, turn)
                 if done.result is None:
                     return
                 latest[agent.agent] = done
                 agent.thread = agent.bridge.chat.close_turn(done.result.handle)
-                answers[agent.agent] = ctx.normalize(done.text)
+                answers[agent.agent] = ctx.normalize(done.content)
                 agent.record.answer = answers[agent.agent]
 
             async with anyio.create_task_group() as tg:
                 for agent in agents:
                     tg.start_soon(speak, agent)
             if not latest:
-                raise CollaborationFailed("no debater produced an answer", tuple(ctx.records.values()))
+                raise ctx.failure("no debater produced an answer")
             await ctx.emit("round", None, round=r, answers=dict(answers))
             if config.early_stop and all_agree(answers) and len(answers) == len(agents):
-                ctx.early_stopped = r < rounds
+                agreed_early = r < rounds
                 break
-        ctx.extra["answers"] = dict(answers)
-        choices = config.answer.choices if config.answer is not None else None
+        choices = ctx.choices
         winner = majority([answers[a.agent] for a in agents if a.agent in answers], choices)
+        answer = winner
         # the final answer is the full text of the first agent holding the winning answer
         for agent in agents:
             if answers.get(agent.agent) == winner and agent.agent in latest:
-                return winner if choices else latest[agent.agent].text.replace("<|im_end|>", "").strip()
-        return winner
+                answer = winner if choices else latest[agent.agent].content
+                break
+        return ModeResult(
+            answer=answer,
+            rounds=ran,
+            early_stopped=agreed_early,
+            details={"answers": dict(answers)},
+        )
 
-    def _prompt(self, ctx: CollaborationContext, agent: Role, r: int, previous: dict[str, TurnDone]) -> KVHandle:
+    def _prompt(
+        self,
+        ctx: CollaborationContext[DebateConfig],
+        agent: Role,
+        r: int,
+        previous: dict[str, TurnDone],
+    ) -> KVHandle:
         spec = agent.spec
         if r == 1 or agent.thread is None:
             instructions = "\n".join(x for x in (spec.instructions, FIRST_PROMPT) if x)

@@ -9,40 +9,58 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..actors import Runtime
 from ..engine_bridge import EngineBridge
-from ._collab import ContextInput, EventCallback, collaborate
-from ._collab_types import AgentSpec, Outcome
+from ._context import EventCallback
+from ._outcome import Outcome
+from ._run import ContextInput, collaborate, prepare_collaboration
+from ._spec import AgentInput, AgentSpec
 from ._validators import Validator
 
+#: Where a collaboration runs: a Runtime (its engine; roles spawn in it) or a bare bridge.
+Target = Runtime | EngineBridge
 
-def _target(target: Any) -> tuple[EngineBridge, Any]:
+
+def _target(target: Target) -> tuple[EngineBridge, Runtime | None]:
     if isinstance(target, EngineBridge):
         return target, None
-    engine = getattr(target, "engine", None)
-    if not isinstance(engine, EngineBridge):
-        raise TypeError("pass a Runtime that has an engine, or an EngineBridge")
-    return engine, target
+    if isinstance(target, Runtime) and isinstance(target.engine, EngineBridge):
+        return target.engine, target
+    raise TypeError("pass a Runtime that has an engine, or an EngineBridge")
 
 
 async def run_mode(
-    target: Any,
+    target: Target,
     mode: str,
     context: ContextInput,
-    agents: Sequence[AgentSpec | Mapping[str, Any]] | None = None,
+    agents: Sequence[AgentInput] | None = None,
     *,
     engines: Mapping[str, EngineBridge] | None = None,
     on_event: EventCallback | None = None,
-    **options: Any,
+    **options: object,
 ) -> Outcome:
     """``collaborate`` on a Runtime or a bridge (the generic form of the helpers below)."""
+    return await _run(target, mode, context, agents, engines, on_event, options)
+
+
+async def _run(
+    target: Target,
+    mode: str,
+    context: ContextInput,
+    agents: Sequence[AgentInput] | None,
+    engines: Mapping[str, EngineBridge] | None,
+    on_event: EventCallback | None,
+    options: Mapping[str, object],
+) -> Outcome:
     engine, runtime = _target(target)
+    prepared = prepare_collaboration(mode, agents, options)
     return await collaborate(
-        engine, mode, context, agents, engines=engines, on_event=on_event, runtime=runtime, **options
+        engine, prepared, context, engines=engines, on_event=on_event, runtime=runtime
     )
 
 
 async def vote(
-    target: Any,
+    target: Target,
     context: ContextInput,
     *,
     voters: int = 5,
@@ -50,50 +68,76 @@ async def vote(
     regex: str | None = None,
     instructions: str = "",
     style: str = "auto",
-    **options: Any,
+    engines: Mapping[str, EngineBridge] | None = None,
+    on_event: EventCallback | None = None,
+    **options: object,
 ) -> Outcome:
     """Self-consistency vote with exact early stop (see ``Vote``); defaults as over HTTP."""
     answer = {"choices": list(choices)} if choices else ({"regex": regex} if regex else None)
     agents = [AgentSpec("voter", count=voters, instructions=instructions, role="voter")]
-    return await run_mode(target, "vote", context, agents, answer=answer, style=style, **options)
+    return await _run(
+        target,
+        "vote",
+        context,
+        agents,
+        engines,
+        on_event,
+        {"answer": answer, "style": style, **options},
+    )
 
 
 async def debate(
-    target: Any,
+    target: Target,
     context: ContextInput,
     *,
-    agents: int | Sequence[AgentSpec | Mapping[str, Any]] = 3,
+    agents: int | Sequence[AgentInput] = 3,
     rounds: int = 2,
-    **options: Any,
+    engines: Mapping[str, EngineBridge] | None = None,
+    on_event: EventCallback | None = None,
+    **options: object,
 ) -> Outcome:
     """Multi-agent debate, stopping when all agree (see ``Debate``)."""
     specs = [AgentSpec("debater", count=agents)] if isinstance(agents, int) else agents
-    return await run_mode(target, "debate", context, specs, rounds=rounds, **options)
+    return await _run(
+        target, "debate", context, specs, engines, on_event, {"rounds": rounds, **options}
+    )
 
 
 async def reflect(
-    target: Any,
+    target: Target,
     context: ContextInput,
     *,
     validator: Validator | Mapping[str, Any] | None = None,
     rounds: int = 2,
     drafter: str = "",
     critic: str = "",
-    **options: Any,
+    engines: Mapping[str, EngineBridge] | None = None,
+    on_event: EventCallback | None = None,
+    **options: object,
 ) -> Outcome:
     """Draft, critique, revise until a validator passes or the critic approves."""
     specs = [AgentSpec("drafter", instructions=drafter)]
     specs.append(AgentSpec("critic", instructions=critic) if critic else AgentSpec("critic"))
-    return await run_mode(target, "reflect", context, specs, validator=validator, rounds=rounds, **options)
+    return await _run(
+        target,
+        "reflect",
+        context,
+        specs,
+        engines,
+        on_event,
+        {"validator": validator, "rounds": rounds, **options},
+    )
 
 
 async def aggregate(
-    target: Any,
+    target: Target,
     context: ContextInput,
     *,
     proposers: int | Sequence[str | AgentSpec] = 3,
     aggregator: str = "",
-    **options: Any,
+    engines: Mapping[str, EngineBridge] | None = None,
+    on_event: EventCallback | None = None,
+    **options: object,
 ) -> Outcome:
     """Mixture of agents: N proposals spliced as handles into one aggregator."""
     if isinstance(proposers, int):
@@ -104,22 +148,26 @@ async def aggregate(
             for i, p in enumerate(proposers, 1)
         ]
     specs.append(AgentSpec("aggregator", instructions=aggregator, role="aggregator"))
-    return await run_mode(target, "aggregate", context, specs, **options)
+    return await _run(target, "aggregate", context, specs, engines, on_event, options)
 
 
 async def cascade(
-    target: Any,
+    target: Target,
     context: ContextInput,
     *,
     verifier_model: str | None = None,
     drafters: int = 2,
     draft_model: str | None = None,
     verify: str = "on_disagreement",
-    **options: Any,
+    engines: Mapping[str, EngineBridge] | None = None,
+    on_event: EventCallback | None = None,
+    **options: object,
 ) -> Outcome:
     """Small model drafts, a larger model verifies only when needed."""
     specs = [
         AgentSpec("drafter", count=drafters, model=draft_model),
         AgentSpec("verifier", model=verifier_model, role="verifier"),
     ]
-    return await run_mode(target, "cascade", context, specs, verify=verify, **options)
+    return await _run(
+        target, "cascade", context, specs, engines, on_event, {"verify": verify, **options}
+    )

@@ -1,4 +1,4 @@
-"""Role actors: every agent of a collaboration is one of these, spawned in its scope.
+"""The role actor: every agent of a collaboration is one, spawned in its scope.
 
 A role actor owns its engine requests. It receives ``Turn`` messages carrying
 KV handles (the prompt to continue), generates on the engine bridge, streams
@@ -10,21 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 import attrs
 
+from ..actors import Actor, ActorRef
 from ..engine_bridge import EngineBridge, GenerationResult, KVHandle, Sampling
-from ._actor import Actor
-from ._collab_types import AgentRecord, AgentSpec, CollaborationEvent
-
-if TYPE_CHECKING:
-    from ._ref import ActorRef
-
-
-def clean_text(text: str) -> str:
-    """Model text without a trailing end-of-turn marker or surrounding space."""
-    return text.replace("<|im_end|>", "").replace("<|endoftext|>", "").strip()
+from ._outcome import AgentRecord
+from ._spec import AgentSpec
 
 
 @attrs.frozen
@@ -53,14 +45,17 @@ class TurnDone:
 
     @property
     def text(self) -> str:
+        """The raw generated text."""
         return "" if self.result is None else self.result.text
+
+    @property
+    def content(self) -> str:
+        """The generated text as content: no end-of-turn marker, no surrounding space."""
+        return "" if self.result is None else self.result.content.strip()
 
     @property
     def finish_reason(self) -> str:
         return "aborted" if self.result is None else self.result.finish_reason
-
-
-Emit = Callable[[CollaborationEvent], Awaitable[None]]
 
 
 class RoleActor(Actor):
@@ -86,7 +81,26 @@ class RoleActor(Actor):
         self._delta_events = delta_events
         self._clock = clock
         self.current_request: str | None = None
-        self.pruned = False
+        self._pruned = False
+
+    @property
+    def pruned(self) -> bool:
+        """Whether the collaboration no longer needs this agent (its turns are skipped)."""
+        return self._pruned
+
+    def prune(self) -> str | None:
+        """Mark this agent pruned; return its running engine request (to abort), if any.
+
+        It is recorded as pruned unless it already finished a turn and runs none now.
+        """
+        self._pruned = True
+        if self.record.requests == 0 or self.current_request is not None:
+            self.record.finish_reason = "pruned"
+        return self.current_request
+
+    def revive(self) -> None:
+        """Make a pruned agent runnable again (a graph loop sent the flow back to it)."""
+        self._pruned = False
 
     async def receive(self, message: object) -> object:
         if isinstance(message, Turn):
@@ -102,7 +116,11 @@ class RoleActor(Actor):
             record.started = self.bridge.clock()
         handler_start = self._clock()
         await self._emit(
-            "agent_started", self.agent, role=record.role, label=turn.label, round=turn.round,
+            "agent_started",
+            self.agent,
+            role=record.role,
+            label=turn.label,
+            round=turn.round,
             sent_at=turn.sent_at if turn.sent_at is not None else handler_start,
         )
         if self.pruned:  # no checkpoint between this test and the request's registration
@@ -130,7 +148,7 @@ class RoleActor(Actor):
         record.completion_tokens += result.completion_tokens
         record.finished = self.bridge.clock()
         record.round = turn.round
-        record.output = clean_text(result.text)
+        record.output = result.content.strip()
         if result.finish_reason == "abort":
             record.finish_reason = "pruned" if self.pruned else "aborted"
         elif result.finish_reason in ("stop", "length"):

@@ -19,6 +19,8 @@ from typing import Any
 import anyio
 import attrs
 
+from ._errors import InvalidCollaboration
+
 Validator = Callable[[str], "bool | str | Awaitable[bool | str | None] | None"]
 
 
@@ -50,15 +52,21 @@ async def run_validator(validator: Validator, text: str) -> Verdict:
     return Verdict(False, str(result))
 
 
+def fenced_block(text: str, language: str) -> str:
+    """The body of the first fenced block of ``text`` (``language`` tag dropped), else ``text``."""
+    parts = text.split("```")
+    if len(parts) < 3:
+        return text
+    body = parts[1]
+    head = body.lstrip()
+    if head.lower().startswith(language):
+        return head[len(language) :]
+    return body
+
+
 def extract_json(text: str) -> str:
     """The JSON part of a model answer (inside ``` fences or from the first brace)."""
-    body = text.replace("<|im_end|>", "").strip()
-    if "```" in body:
-        parts = body.split("```")
-        if len(parts) >= 3:
-            body = parts[1]
-            if body.lstrip().lower().startswith("json"):
-                body = body.lstrip()[4:]
+    body = fenced_block(text.strip(), "json")
     starts = [i for i in (body.find("{"), body.find("[")) if i >= 0]
     if starts:
         body = body[min(starts) :]
@@ -78,7 +86,8 @@ def json_schema_validator(schema: Mapping[str, Any]) -> Callable[[str], str | No
         try:
             data = json.loads(extract_json(text))
         except json.JSONDecodeError as exc:
-            return f"the answer is not valid JSON ({exc.msg} at position {exc.pos}); reply with JSON only"
+            where = f"{exc.msg} at position {exc.pos}"
+            return f"the answer is not valid JSON ({where}); reply with JSON only"
         errors = sorted(checker.iter_errors(data), key=lambda e: list(e.path))
         if errors:
             first = errors[0]
@@ -89,17 +98,13 @@ def json_schema_validator(schema: Mapping[str, Any]) -> Callable[[str], str | No
     return validate
 
 
-def python_tests_validator(tests: str, *, timeout: float = 10.0) -> Callable[[str], Awaitable[str | None]]:
-    """A validator that runs ``tests`` (Python asserts) against the answer's code in a subprocess."""
+def python_tests_validator(
+    tests: str, *, timeout: float = 10.0
+) -> Callable[[str], Awaitable[str | None]]:
+    """A validator that runs ``tests`` (Python asserts) on the answer's code in a subprocess."""
 
     async def validate(text: str) -> str | None:
-        code = text.replace("<|im_end|>", "")
-        if "```" in code:
-            parts = code.split("```")
-            if len(parts) >= 3:
-                code = parts[1]
-                if code.startswith("python"):
-                    code = code[len("python") :]
+        code = fenced_block(text, "python")
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "candidate.py")
             await anyio.Path(path).write_text(code + "\n\n" + tests + "\n")
@@ -117,14 +122,14 @@ def python_tests_validator(tests: str, *, timeout: float = 10.0) -> Callable[[st
 
 async def _run_with_timeout(path: str, timeout: float) -> subprocess.CompletedProcess[bytes]:
     with anyio.fail_after(timeout):
-        return await anyio.run_process([sys.executable, "-I", path], check=False, stdin=subprocess.DEVNULL)
+        return await anyio.run_process(
+            [sys.executable, "-I", path], check=False, stdin=subprocess.DEVNULL
+        )
 
 
 def validator_from_spec(spec: Any) -> Validator:
     """Build a validator from an HTTP request's JSON: ``{"type": "json_schema", "schema": {...}}``,
     ``{"type": "json"}`` or ``{"type": "python_tests", "tests": "...", "timeout": 10}``."""
-    from ._collab_types import InvalidCollaboration
-
     if callable(spec):
         return spec  # type: ignore[no-any-return]
     if not isinstance(spec, Mapping) or "type" not in spec:
@@ -135,20 +140,31 @@ def validator_from_spec(spec: Any) -> Validator:
     if kind == "json_schema":
         schema = spec.get("schema")
         if not isinstance(schema, Mapping):
-            raise InvalidCollaboration("collaboration.validator.schema", "must be a JSON schema object")
+            raise InvalidCollaboration(
+                "collaboration.validator.schema", "must be a JSON schema object"
+            )
         import jsonschema
 
         try:
             jsonschema.Draft202012Validator.check_schema(dict(schema))
         except jsonschema.SchemaError as exc:
-            raise InvalidCollaboration("collaboration.validator.schema", f"invalid schema: {exc.message}") from None
+            raise InvalidCollaboration(
+                "collaboration.validator.schema", f"invalid schema: {exc.message}"
+            ) from None
         return json_schema_validator(schema)
     if kind == "python_tests":
         tests = spec.get("tests")
         if not isinstance(tests, str) or not tests.strip():
-            raise InvalidCollaboration("collaboration.validator.tests", "must be Python source with asserts")
+            raise InvalidCollaboration(
+                "collaboration.validator.tests", "must be Python source with asserts"
+            )
         timeout = spec.get("timeout", 10.0)
         if not isinstance(timeout, int | float) or not 0 < timeout <= 60:
-            raise InvalidCollaboration("collaboration.validator.timeout", "must be in (0, 60] seconds")
+            raise InvalidCollaboration(
+                "collaboration.validator.timeout", "must be in (0, 60] seconds"
+            )
         return python_tests_validator(tests, timeout=float(timeout))
-    raise InvalidCollaboration("collaboration.validator.type", f"unknown validator type {kind!r}; use json, json_schema or python_tests")
+    raise InvalidCollaboration(
+        "collaboration.validator.type",
+        f"unknown validator type {kind!r}; use json, json_schema or python_tests",
+    )

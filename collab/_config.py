@@ -1,4 +1,4 @@
-"""The configuration every collaboration mode shares, and how a mode's config is built."""
+"""The options every collaboration mode shares (``ModeConfig``) and how a mode's config is built."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any, TypeVar
 
 import attrs
 
-from ._collab_types import AnswerSpec, InvalidCollaboration
+from ._errors import InvalidCollaboration
+from ._spec import MAX_AGENT_TOKENS, AnswerSpec, agent_field_rules
 
 
 def _answer(value: object) -> AnswerSpec | None:
@@ -18,7 +19,9 @@ def _answer(value: object) -> AnswerSpec | None:
         if extra:
             raise InvalidCollaboration(f"answer.{extra[0]}", "unknown field (use choices or regex)")
         choices = value.get("choices")
-        if choices is not None and (isinstance(choices, str) or not isinstance(choices, list | tuple)):
+        if choices is not None and (
+            isinstance(choices, str) or not isinstance(choices, list | tuple)
+        ):
             raise InvalidCollaboration("answer.choices", "must be a list of strings")
         regex = value.get("regex")
         if regex is not None and not isinstance(regex, str):
@@ -29,7 +32,9 @@ def _answer(value: object) -> AnswerSpec | None:
     raise InvalidCollaboration("answer", "must be {choices: [...]} or {regex: str}")
 
 
-def _bounded(low: int, high: int) -> Any:
+def int_in(low: int, high: int) -> Any:
+    """An attrs validator: an integer (never a bool) in ``low..high``, or None."""
+
     def check(_: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
         if value is None:
             return
@@ -60,18 +65,22 @@ class ModeConfig:
     """
 
     early_stop: bool = attrs.field(default=True, validator=_boolean)
-    rounds: int | None = attrs.field(default=None, validator=_bounded(1, 16))
+    rounds: int | None = attrs.field(default=None, validator=int_in(1, 16))
     answer: AnswerSpec | None = attrs.field(default=None, converter=_answer)
-    max_tokens: int = attrs.field(default=256, validator=_bounded(1, 32768))
+    max_tokens: int = attrs.field(default=256, validator=int_in(1, MAX_AGENT_TOKENS))
     temperature: float = 0.7
     timeout: float | None = None
 
     def __attrs_post_init__(self) -> None:
-        if isinstance(self.temperature, bool) or not isinstance(self.temperature, int | float):
-            raise InvalidCollaboration("temperature", "must be a number")
-        if not 0.0 <= self.temperature <= 2.0:
-            raise InvalidCollaboration("temperature", f"must be in [0, 2], got {self.temperature}")
-        if self.timeout is not None and not (isinstance(self.timeout, int | float) and self.timeout > 0):
+        reason = agent_field_rules()["temperature"].problem(self.temperature)
+        if self.temperature is None:
+            reason = "must be a number"
+
+        if reason is not None:  # the same bounds as an agent's own temperature
+            raise InvalidCollaboration("temperature", reason)
+        if self.timeout is not None and not (
+            isinstance(self.timeout, int | float) and self.timeout > 0
+        ):
             raise InvalidCollaboration("timeout", "must be a positive number of seconds")
 
 
@@ -90,7 +99,9 @@ def build_config(config_class: type[C], options: Mapping[str, Any]) -> C:
     try:
         return config_class(**options)
     except InvalidCollaboration as exc:
-        field = exc.field if exc.field.startswith("collaboration.") else f"collaboration.{exc.field}"
+        field = (
+            exc.field if exc.field.startswith("collaboration.") else f"collaboration.{exc.field}"
+        )
         raise InvalidCollaboration(field, exc.reason) from None
     except (TypeError, ValueError) as exc:
         raise InvalidCollaboration("collaboration", str(exc)) from None

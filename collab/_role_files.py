@@ -27,65 +27,37 @@ from typing import Any
 
 import attrs
 
-from ._collab_types import AgentSpec
-from ._graph import Node
+from ._errors import InvalidRole
+from ._spec import AgentSpec, agent_field_rules
+from .graph import Node
 
-_FIELDS = {"name", "instructions", "adapter", "model", "temperature", "max_tokens", "top_p", "triggers", "count"}
+#: The agent fields a role file may set (their rules are ``AgentSpec``'s), plus ``triggers``.
+_AGENT_FIELDS = tuple(name for name in agent_field_rules() if name != "role")
+_FIELDS = {*_AGENT_FIELDS, "triggers"}
 _KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*)$")
 
 
-class InvalidRole(ValueError):
-    """A role file is invalid; ``path`` and ``field`` say where."""
-
-    def __init__(self, path: str, field: str | None, reason: str) -> None:
-        self.path = path
-        self.field = field
-        self.reason = reason
-        where = f"{path}: {field}: " if field else f"{path}: "
-        super().__init__(where + reason)
-
-
 @attrs.frozen
-class RoleDefinition:
-    """One role loaded from a Markdown file.
+class RoleDefinition(AgentSpec):
+    """One role loaded from a Markdown file: an ``AgentSpec`` with its triggers and source.
 
     Attributes:
-        name: the role's name (an agent or graph node name).
         instructions: the header's instructions followed by the file's body.
-        adapter, model, temperature, max_tokens, top_p, count: as in ``AgentSpec``.
         triggers: lower-case keywords that select this role (``match_roles``).
         path: the file it came from ("" when built in code).
     """
 
-    name: str
-    instructions: str = ""
-    adapter: str | None = None
-    model: str | None = None
-    temperature: float | None = None
-    max_tokens: int | None = None
-    top_p: float | None = None
-    count: int = 1
     triggers: tuple[str, ...] = ()
     path: str = ""
 
     def to_agent_spec(self, **overrides: Any) -> AgentSpec:
         """The ``AgentSpec`` of this role (``overrides`` replace fields, e.g. ``count=3``)."""
-        fields: dict[str, Any] = {
-            "name": self.name, "count": self.count, "instructions": self.instructions, "adapter": self.adapter,
-            "model": self.model, "temperature": self.temperature, "max_tokens": self.max_tokens,
-            "top_p": self.top_p, "role": self.name,
-        }
-        fields.update(overrides)
-        return AgentSpec(**fields)
+        fields: dict[str, Any] = {key: getattr(self, key) for key in _AGENT_FIELDS}
+        return AgentSpec(**{**fields, "role": self.name, **overrides})
 
     def to_node(self, **overrides: Any) -> Node:
         """A graph ``Node`` of this role (``overrides`` e.g. ``count=2, join=True``)."""
-        fields: dict[str, Any] = {
-            "name": self.name, "instructions": self.instructions, "adapter": self.adapter, "model": self.model,
-            "temperature": self.temperature, "max_tokens": self.max_tokens, "count": self.count,
-        }
-        fields.update(overrides)
-        return Node(**fields)
+        return Node.from_spec(self, **overrides)
 
 
 def _scalar(raw: str) -> Any:
@@ -123,10 +95,14 @@ def parse_role(text: str, path: str = "<string>") -> RoleDefinition:
             continue
         m = _KEY.match(line.strip())
         if m is None:
-            raise InvalidRole(path, None, f"line {lineno + 1}: expected 'key: value', got {line.strip()!r}")
+            raise InvalidRole(
+                path, None, f"line {lineno + 1}: expected 'key: value', got {line.strip()!r}"
+            )
         key, value = m.group(1), m.group(2)
         if key not in _FIELDS:
-            raise InvalidRole(path, key, f"unknown field (line {lineno + 1}); known: {sorted(_FIELDS)}")
+            raise InvalidRole(
+                path, key, f"unknown field (line {lineno + 1}); known: {sorted(_FIELDS)}"
+            )
         if key in header:
             raise InvalidRole(path, key, f"given twice (line {lineno + 1})")
         quoted = value.strip()[:1] in ("'", '"')
@@ -141,38 +117,24 @@ def _definition(header: Mapping[str, Any], body: str, path: str) -> RoleDefiniti
     if not isinstance(name, str) or not name.strip():
         raise InvalidRole(path, "name", "is required and must be a non-empty string")
 
-    def string(key: str) -> str | None:
-        value = header.get(key)
-        if value is not None and not isinstance(value, str):
-            raise InvalidRole(path, key, f"must be a string, got {value!r}")
-        return value
-
-    def number(key: str, lo: float, hi: float, integer: bool = False) -> Any:
-        value: Any = header.get(key)
-        if value is None:
-            return None
-        ok = isinstance(value, int) or (not integer and isinstance(value, float))
-        if isinstance(value, bool) or not ok or not lo <= value <= hi:
-            what = "an integer" if integer else "a number"
-            raise InvalidRole(path, key, f"must be {what} in [{lo:g}, {hi:g}], got {value!r}")
-        return value
-
+    rules = agent_field_rules()
+    for key in _AGENT_FIELDS:
+        reason = rules[key].problem(header.get(key, attrs.fields_dict(AgentSpec)[key].default))
+        if reason is not None:
+            raise InvalidRole(path, key, reason)
     triggers = header.get("triggers") or []
     if isinstance(triggers, str):
         triggers = [triggers]
-    if not isinstance(triggers, list) or not all(isinstance(t, str) and t.strip() for t in triggers):
+    if not isinstance(triggers, list) or not all(
+        isinstance(t, str) and t.strip() for t in triggers
+    ):
         raise InvalidRole(path, "triggers", f"must be a list of words, got {triggers!r}")
-    instructions = "\n\n".join(x for x in (string("instructions") or "", body) if x)
-    count = number("count", 1, 64, integer=True)
+    instructions = "\n\n".join(x for x in (header.get("instructions") or "", body) if x)
+    fields = {
+        key: header[key] for key in _AGENT_FIELDS if key in header and header[key] is not None
+    }
     return RoleDefinition(
-        name=name.strip(),
-        instructions=instructions,
-        adapter=string("adapter"),
-        model=string("model"),
-        temperature=number("temperature", 0.0, 2.0),
-        max_tokens=number("max_tokens", 1, 1 << 20, integer=True),
-        top_p=number("top_p", 0.0, 1.0),
-        count=1 if count is None else count,
+        **{**fields, "name": name.strip(), "instructions": instructions},
         triggers=tuple(t.strip().lower() for t in triggers),
         path=path,
     )
@@ -201,13 +163,17 @@ def load_roles(folder: str | Path) -> dict[str, RoleDefinition]:
     for file in sorted(root.glob("*.md")):
         role = load_role(file)
         if role.name in roles:
-            raise InvalidRole(str(file), "name", f"{role.name!r} is already defined in {roles[role.name].path}")
+            raise InvalidRole(
+                str(file), "name", f"{role.name!r} is already defined in {roles[role.name].path}"
+            )
         roles[role.name] = role
     return roles
 
 
-def match_roles(text: str, roles: Mapping[str, RoleDefinition] | Iterable[RoleDefinition]) -> list[RoleDefinition]:
-    """The roles with a trigger keyword in ``text`` (whole words, case-insensitive), in given order."""
+def match_roles(
+    text: str, roles: Mapping[str, RoleDefinition] | Iterable[RoleDefinition]
+) -> list[RoleDefinition]:
+    """The roles with a trigger keyword in ``text`` (whole words, any case), in the given order."""
     defs = list(roles.values()) if isinstance(roles, Mapping) else list(roles)
     words = set(re.findall(r"[\w-]+", text.lower()))
     lowered = text.lower()

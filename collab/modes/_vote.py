@@ -19,12 +19,14 @@ from typing import Any, ClassVar
 import anyio
 import attrs
 
-from ..engine_bridge import KVHandle
-from ._answers import Tally
-from ._collab import CollaborationContext, CollaborationOp, find_role, register_mode
-from ._collab_config import ModeConfig, _bounded
-from ._collab_roles import Role, Turn, clean_text
-from ._collab_types import AgentSpec, InvalidCollaboration
+from ...engine_bridge import KVHandle
+from .._agent import Role, Turn
+from .._config import ModeConfig, int_in
+from .._context import CollaborationContext, find_role
+from .._errors import InvalidCollaboration
+from .._mode import CollaborationOp, ModeResult
+from .._spec import AgentSpec
+from .._tally import Tally
 
 ANSWER_CUE = "Therefore, the final answer is"
 
@@ -47,31 +49,31 @@ class VoteConfig(ModeConfig):
     """
 
     style: str = attrs.field(default="auto", validator=_style)
-    wave: int = attrs.field(default=0, validator=_bounded(0, 64))
-    answer_tokens: int = attrs.field(default=16, validator=_bounded(1, 256))
+    wave: int = attrs.field(default=0, validator=int_in(0, 64))
+    answer_tokens: int = attrs.field(default=16, validator=int_in(1, 256))
 
 
-@register_mode
-class Vote(CollaborationOp):
+class Vote(CollaborationOp[VoteConfig]):
     """Self-consistency: N voters, majority answer, exact early stop."""
 
     name = "vote"
     Config = VoteConfig
     default_agents: ClassVar[tuple[AgentSpec, ...]] = (AgentSpec("voter", count=5),)
 
-    async def run(self, ctx: CollaborationContext) -> str:
+    async def run(self, ctx: CollaborationContext[VoteConfig]) -> ModeResult:
         config = ctx.config
-        assert isinstance(config, VoteConfig)
         style = config.style
         if style == "auto":
-            style = "direct" if (config.answer is not None and config.max_tokens <= 32) else "reason"
-        choices = config.answer.choices if config.answer is not None else None
+            style = (
+                "direct" if (config.answer is not None and config.max_tokens <= 32) else "reason"
+            )
         voter_specs, aggregator_spec = find_role(ctx.agents, "aggregator")
         voters = await ctx.spawn_all(voter_specs, role="voter")
-        tally = Tally(total_voters=len(voters), choices=choices)
-        ctx.votes = {}
+        tally = Tally(total_voters=len(voters), choices=ctx.choices)
+        decided = False
 
         async def cast(voter: Role) -> None:
+            nonlocal decided
             answer_text = await self._vote(ctx, voter, style)
             if answer_text is None:
                 return
@@ -80,10 +82,11 @@ class Vote(CollaborationOp):
             answer = ctx.normalize(answer_text)
             voter.record.answer = answer
             tally.add(answer)
-            ctx.votes = tally.as_dict()
-            await ctx.emit("vote", voter.agent, answer=answer, votes=ctx.votes, remaining=tally.remaining)
-            if config.early_stop and not ctx.early_stopped and tally.remaining > 0 and tally.decided():
-                ctx.early_stopped = True
+            await ctx.emit(
+                "vote", voter.agent, answer=answer, votes=tally.as_dict(), remaining=tally.remaining
+            )
+            if config.early_stop and not decided and tally.remaining > 0 and tally.decided():
+                decided = True
                 # every voter without an answer is pruned: running ones are aborted,
                 # those of later waves never start
                 for other in voters:
@@ -95,17 +98,26 @@ class Vote(CollaborationOp):
             async with anyio.create_task_group() as tg:
                 for voter in voters[start : start + wave]:
                     tg.start_soon(cast, voter)
-            if ctx.early_stopped:
+            if decided:
                 break
-        ctx.votes = tally.as_dict()
-        ctx.extra["style"] = style
         winner = tally.leader()
-        if aggregator_spec is None:
-            return winner
-        ctx.extra["decision"] = winner
-        return await self._summarize(ctx, aggregator_spec, [v for v in voters if v.record.answer == winner], winner)
+        details: dict[str, object] = {"style": style}
+        answer = winner
+        if aggregator_spec is not None:
+            details["decision"] = winner
+            majority = [v for v in voters if v.record.answer == winner]
+            answer = await self._summarize(ctx, aggregator_spec, majority, winner)
+        return ModeResult(
+            answer=answer, early_stopped=decided, votes=tally.as_dict(), details=details
+        )
 
-    async def _summarize(self, ctx: CollaborationContext, spec: AgentSpec, majority: list[Role], winner: str) -> str:
+    async def _summarize(
+        self,
+        ctx: CollaborationContext[VoteConfig],
+        spec: AgentSpec,
+        majority: list[Role],
+        winner: str,
+    ) -> str:
         """The aggregator writes the final text from the majority voters' reasoning.
 
         It continues the first majority voter's thread (a cached prefix) and gets
@@ -120,44 +132,73 @@ class Vote(CollaborationOp):
             if voter.thread is not None and voter.reasoning is not None:
                 parts += [f"\nReviewer {voter.agent}: ", voter.reasoning]
         instructions = "\n".join(
-            x for x in (f"The majority answer is: {winner}.", spec.instructions or SUMMARY_PROMPT) if x
+            x
+            for x in (f"The majority answer is: {winner}.", spec.instructions or SUMMARY_PROMPT)
+            if x
         )
         prompt = ctx.prompt(spec, base=base, parts=parts, instructions=instructions)
-        done = await ctx.turn(aggregator, Turn(prompt, ctx.sampling(spec, temperature=0.0), label="aggregate", priority=-2))
-        return clean_text(done.text) or winner
+        done = await ctx.turn(
+            aggregator,
+            Turn(prompt, ctx.sampling(spec, temperature=0.0), label="aggregate", priority=-2),
+        )
+        return done.content or winner
 
-    async def _vote(self, ctx: CollaborationContext, voter: Role, style: str) -> str | None:
+    async def _vote(
+        self, ctx: CollaborationContext[VoteConfig], voter: Role, style: str
+    ) -> str | None:
         config = ctx.config
-        assert isinstance(config, VoteConfig)
         spec = voter.spec
         instructions = spec.instructions or _default_instructions(ctx, style)
         prompt = ctx.prompt(spec, instructions=instructions)
         if style == "direct":
-            done = await ctx.turn(voter, Turn(prompt, ctx.sampling(spec, max_tokens=config.answer_tokens, constrained=True), label="answer"))
-            return None if done.result is None or done.result.finish_reason == "abort" else done.text
+            done = await ctx.turn(
+                voter,
+                Turn(
+                    prompt,
+                    ctx.sampling(spec, max_tokens=config.answer_tokens, constrained=True),
+                    label="answer",
+                ),
+            )
+            return (
+                None
+                if done.result is None or done.result.finish_reason == "abort"
+                else done.content
+            )
         first = await ctx.turn(voter, Turn(prompt, ctx.sampling(spec), label="reason"))
         if first.result is None or first.result.finish_reason == "abort":
             return None
         voter.thread = first.result.handle
         voter.reasoning = first.result.output
         if config.answer is None:
-            return _final_line(first.text)
+            return first.content
         # The answer step continues the voter's own handle: its reasoning is a cached prefix.
         chat = voter.bridge.chat
         base = chat.close_turn(first.result.handle)
-        cue = f"{ANSWER_CUE} one of: {', '.join(config.answer.choices)}." if config.answer.choices else ANSWER_CUE + ":"
+        cue = (
+            f"{ANSWER_CUE} one of: {', '.join(config.answer.choices)}."
+            if config.answer.choices
+            else ANSWER_CUE + ":"
+        )
         prompt2 = ctx.prompt(spec, base=base, instructions=cue)
-        second = await ctx.turn(voter, Turn(prompt2, ctx.sampling(spec, max_tokens=config.answer_tokens, constrained=True), label="answer", priority=-1))
+        second = await ctx.turn(
+            voter,
+            Turn(
+                prompt2,
+                ctx.sampling(spec, max_tokens=config.answer_tokens, constrained=True),
+                label="answer",
+                priority=-1,
+            ),
+        )
         if second.result is None or second.result.finish_reason == "abort":
             return None
-        voter.record.output = f"{clean_text(first.text)}\n{ANSWER_CUE}: {clean_text(second.text)}"
-        return second.text
+        voter.record.output = f"{first.content}\n{ANSWER_CUE}: {second.content}"
+        return second.content
 
 
 SUMMARY_PROMPT = "Write the final answer for the user, using the reviewers' reasoning. Be concise."
 
 
-def _default_instructions(ctx: CollaborationContext, style: str) -> str:
+def _default_instructions(ctx: CollaborationContext[VoteConfig], style: str) -> str:
     answer = ctx.config.answer
     if answer is not None and answer.choices:
         options = ", ".join(answer.choices)
@@ -167,7 +208,3 @@ def _default_instructions(ctx: CollaborationContext, style: str) -> str:
     if style == "direct":
         return "Answer concisely."
     return "Think step by step, briefly. End with a line 'Answer: <your answer>'."
-
-
-def _final_line(text: str) -> str:
-    return clean_text(text)

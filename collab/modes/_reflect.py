@@ -13,11 +13,12 @@ from typing import Any, ClassVar
 
 import attrs
 
-from ._collab import CollaborationContext, CollaborationOp, register_mode
-from ._collab_config import ModeConfig
-from ._collab_roles import Turn, clean_text
-from ._collab_types import AgentSpec, CollaborationFailed
-from ._validators import Validator, Verdict, run_validator, validator_from_spec
+from .._agent import Turn
+from .._config import ModeConfig
+from .._context import CollaborationContext
+from .._mode import CollaborationOp, ModeResult
+from .._spec import AgentSpec
+from .._validators import Validator, Verdict, run_validator, validator_from_spec
 
 APPROVAL = "APPROVED"
 CRITIC_PROMPT = (
@@ -47,8 +48,7 @@ class ReflectConfig(ModeConfig):
     critic: bool = False
 
 
-@register_mode
-class Reflect(CollaborationOp):
+class Reflect(CollaborationOp[ReflectConfig]):
     """Self-refine with an optional validator tool; the first agent drafts, the second critiques."""
 
     uses_rounds = True
@@ -59,68 +59,106 @@ class Reflect(CollaborationOp):
         AgentSpec("critic", instructions=CRITIC_PROMPT),
     )
 
-    async def run(self, ctx: CollaborationContext) -> str:
+    async def run(self, ctx: CollaborationContext[ReflectConfig]) -> ModeResult:
         config = ctx.config
-        assert isinstance(config, ReflectConfig)
         rounds = config.rounds or 2
         specs = list(ctx.agents)
         drafter_spec = specs[0]
-        critic_spec = specs[1] if len(specs) > 1 else AgentSpec("critic", instructions=CRITIC_PROMPT)
+        critic_spec = (
+            specs[1] if len(specs) > 1 else AgentSpec("critic", instructions=CRITIC_PROMPT)
+        )
         drafter = await ctx.spawn(drafter_spec.agent_names()[0], drafter_spec, "drafter")
         critic = await ctx.spawn(critic_spec.agent_names()[0], critic_spec, "critic")
         chat = drafter.bridge.chat
 
         prompt = ctx.prompt(drafter_spec)
-        done = await ctx.turn(drafter, Turn(prompt, ctx.sampling(drafter_spec), label="draft", round=1))
+        done = await ctx.turn(
+            drafter, Turn(prompt, ctx.sampling(drafter_spec), label="draft", round=1)
+        )
         if done.result is None:
-            raise CollaborationFailed("the drafter produced nothing", tuple(ctx.records.values()))
+            raise ctx.failure("the drafter produced nothing")
         draft = done.result
         history: list[dict[str, Any]] = []
         verdict: Verdict | None = None
         judged = None  # the draft ``verdict`` is about
+        ran = 0
+        stopped_early = False
         for r in range(1, rounds + 1):
-            ctx.rounds = r
+            ran = r
             if config.validator is not None:
-                verdict, judged = await run_validator(config.validator, draft.text), draft
-            entry: dict[str, Any] = {"round": r, "draft": clean_text(draft.text)}
+                verdict, judged = await run_validator(config.validator, draft.content), draft
+            entry: dict[str, Any] = {"round": r, "draft": draft.content.strip()}
             if verdict is not None:
                 entry["valid"] = verdict.ok
                 entry["validator"] = verdict.message
-                await ctx.emit("validation", drafter.agent, ok=verdict.ok, message=verdict.message, round=r)
+                await ctx.emit(
+                    "validation", drafter.agent, ok=verdict.ok, message=verdict.message, round=r
+                )
             if verdict is not None and verdict.ok and not config.critic:
                 history.append(entry)
-                ctx.early_stopped = r < rounds
+                stopped_early = r < rounds
                 break
             thread = chat.close_turn(draft.handle)
             feedback = _feedback(verdict)
             critic_instr = critic_spec.instructions or CRITIC_PROMPT
-            critique_prompt = ctx.prompt(critic_spec, base=thread, instructions=f"{feedback}{critic_instr}", bridge=drafter.bridge)
-            critique = await ctx.turn(critic, Turn(critique_prompt, ctx.sampling(critic_spec, temperature=0.0), label="critique", round=r, priority=-1))
+            critique_prompt = ctx.prompt(
+                critic_spec,
+                base=thread,
+                instructions=f"{feedback}{critic_instr}",
+                bridge=drafter.bridge,
+            )
+            critique = await ctx.turn(
+                critic,
+                Turn(
+                    critique_prompt,
+                    ctx.sampling(critic_spec, temperature=0.0),
+                    label="critique",
+                    round=r,
+                    priority=-1,
+                ),
+            )
             if critique.result is None:
                 break
-            entry["critique"] = clean_text(critique.text)
+            entry["critique"] = critique.content
             history.append(entry)
-            approved = APPROVAL.lower() in critique.text.lower() and (verdict is None or verdict.ok)
+            approved = APPROVAL.lower() in critique.content.lower() and (
+                verdict is None or verdict.ok
+            )
             await ctx.emit("round", None, round=r, approved=approved)
             if approved and config.early_stop:
-                ctx.early_stopped = r < rounds
+                stopped_early = r < rounds
                 break
             if r == rounds:
                 break
-            revise_prompt = ctx.prompt(drafter_spec, base=chat.close_turn(critique.result.handle), instructions=REVISE_PROMPT)
-            revised = await ctx.turn(drafter, Turn(revise_prompt, ctx.sampling(drafter_spec), label="revise", round=r + 1, priority=-1))
+            revise_prompt = ctx.prompt(
+                drafter_spec,
+                base=chat.close_turn(critique.result.handle),
+                instructions=REVISE_PROMPT,
+            )
+            revised = await ctx.turn(
+                drafter,
+                Turn(
+                    revise_prompt,
+                    ctx.sampling(drafter_spec),
+                    label="revise",
+                    round=r + 1,
+                    priority=-1,
+                ),
+            )
             if revised.result is None:
                 break
             draft = revised.result
+        details: dict[str, Any] = {}
         if config.validator is not None:
             if judged is not draft or verdict is None:  # the final draft was never validated
-                verdict = await run_validator(config.validator, draft.text)
-            ctx.extra["valid"] = verdict.ok
+                verdict = await run_validator(config.validator, draft.content)
+            details["valid"] = verdict.ok
             if verdict.message:
-                ctx.extra["validator_message"] = verdict.message
-        ctx.extra["history"] = history
-        drafter.record.output = clean_text(draft.text)
-        return clean_text(draft.text)
+                details["validator_message"] = verdict.message
+        details["history"] = history
+        answer = draft.content.strip()
+        drafter.record.output = answer
+        return ModeResult(answer=answer, rounds=ran, early_stopped=stopped_early, details=details)
 
 
 def _feedback(verdict: Verdict | None) -> str:

@@ -42,12 +42,14 @@ from typing import Any, ClassVar, Literal
 import anyio
 import attrs
 
-from ..engine_bridge import GenerationResult, KVHandle
-from ._collab import CollaborationContext, CollaborationOp, register_mode
-from ._collab_config import ModeConfig, _bounded
-from ._collab_roles import Role, Turn, TurnDone, clean_text
-from ._collab_types import AgentSpec, CollaborationFailed, InvalidCollaboration
-from ._graph import Edge, Graph, InvalidGraph, as_graph
+from ...engine_bridge import GenerationResult, KVHandle
+from .._agent import Role, Turn, TurnDone
+from .._config import ModeConfig, int_in
+from .._context import CollaborationContext
+from .._errors import InvalidCollaboration, InvalidGraph
+from .._mode import CollaborationOp, ModeResult
+from .._spec import AgentSpec
+from ..graph import Edge, Graph, as_graph
 
 PREVIOUS_LABEL = "Your previous answer:\n"
 SEPARATOR = "\n\n"
@@ -86,7 +88,7 @@ class GraphConfig(ModeConfig):
     edges: tuple[Any, ...] | None = attrs.field(default=None, converter=_raw_list)
     entry: str | tuple[str, ...] | list[str] | None = None
     output: str | None = None
-    max_concurrency: int = attrs.field(default=0, validator=_bounded(0, 1024))
+    max_concurrency: int = attrs.field(default=0, validator=int_in(0, 1024))
 
     def build_graph(self, agents: Sequence[AgentSpec] = ()) -> Graph:
         """The validated graph these options describe (raises ``InvalidGraph``)."""
@@ -96,7 +98,9 @@ class GraphConfig(ModeConfig):
             if isinstance(self.graph, Graph):
                 return as_graph(self.graph)
             if not isinstance(self.graph, Mapping):
-                raise InvalidGraph(None, "graph must be a Graph or an object {nodes, edges, entry, output}")
+                raise InvalidGraph(
+                    None, "graph must be a Graph or an object {nodes, edges, entry, output}"
+                )
             return as_graph(self.graph, agents)
         data: dict[str, Any] = {"edges": list(self.edges or ())}
         if self.nodes is not None:
@@ -127,31 +131,32 @@ class _NodeRun:
     warm_scope: anyio.CancelScope | None = None
 
 
-@register_mode
-class GraphMode(CollaborationOp):
+class GraphMode(CollaborationOp[GraphConfig]):
     """A user-declared graph of roles: DAG edges, conditions, bounded loops, joins, fan-out."""
 
     name = "graph"
     Config = GraphConfig
     default_agents: ClassVar[tuple[AgentSpec, ...]] = ()
 
-    def validate(self, config: ModeConfig, agents: Sequence[AgentSpec]) -> None:
-        assert isinstance(config, GraphConfig)
+    def validate(self, config: GraphConfig, agents: Sequence[AgentSpec]) -> None:
         graph = config.build_graph(agents)
         total = sum(n.count for n in graph.nodes.values())
         if total > MAX_GRAPH_INSTANCES:
-            raise InvalidCollaboration("collaboration.nodes", f"{total} node instances; the limit is {MAX_GRAPH_INSTANCES}")
+            raise InvalidCollaboration(
+                "collaboration.nodes", f"{total} node instances; the limit is {MAX_GRAPH_INSTANCES}"
+            )
 
-    async def run(self, ctx: CollaborationContext) -> str:
+    async def run(self, ctx: CollaborationContext[GraphConfig]) -> ModeResult:
         config = ctx.config
-        assert isinstance(config, GraphConfig)
         return await _Scheduler(ctx, config.build_graph(ctx.agents), config.max_concurrency).run()
 
 
 class _Scheduler:
     """Runs one graph: owns all node/edge state; node tasks report back over a stream."""
 
-    def __init__(self, ctx: CollaborationContext, graph: Graph, max_concurrency: int) -> None:
+    def __init__(
+        self, ctx: CollaborationContext[GraphConfig], graph: Graph, max_concurrency: int
+    ) -> None:
         self.ctx = ctx
         self.graph = graph
         self.output = graph.output_node()
@@ -164,7 +169,7 @@ class _Scheduler:
         send, recv = anyio.create_memory_object_stream[tuple[str, int, list[TurnDone]]](math.inf)
         self.send, self.recv = send, recv
 
-    async def run(self) -> str:
+    async def run(self) -> ModeResult:
         ctx, graph = self.ctx, self.graph
         for name, node in graph.nodes.items():
             roles = await ctx.spawn_all([node.spec()], role=name)
@@ -180,11 +185,11 @@ class _Scheduler:
                     continue  # pruned or reset meanwhile: a stale result
                 await self._finished(name, done)
                 await self._advance()
-        self._record()
         out = self.nodes[self.output]
         if out.state != "done":
-            raise CollaborationFailed(f"the output node {self.output!r} was {out.state}", tuple(ctx.records.values()))
-        return out.text
+            raise ctx.failure(f"the output node {self.output!r} was {out.state}")
+        rounds = max((st.runs for st in self.nodes.values()), default=1) or 1
+        return ModeResult(answer=out.text, rounds=rounds, details=self._details())
 
     # -- node lifecycle -------------------------------------------------------------------
     def _edge(self, e: Edge) -> EdgeState:
@@ -237,7 +242,11 @@ class _Scheduler:
             for e in self.graph.edges:
                 if e.source in needed or e.source not in alive or e.target not in needed:
                     continue
-                live = self.loops_used[id(e)] < (e.max_iterations or 0) if e.loop else self._edge(e) != "dead"
+                live = (
+                    self.loops_used[id(e)] < (e.max_iterations or 0)
+                    if e.loop
+                    else self._edge(e) != "dead"
+                )
                 if live:
                     needed.add(e.source)
                     changed = True
@@ -250,7 +259,9 @@ class _Scheduler:
         st.runs += 1
         st.activation += 1
         sources: list[tuple[str, list[GenerationResult | None]]] = [
-            (e.source, self.nodes[e.source].results) for e in graph.in_edges(name) if self._edge(e) == "active"
+            (e.source, self.nodes[e.source].results)
+            for e in graph.in_edges(name)
+            if self._edge(e) == "active"
         ]
         received = [r.agent for src, _ in sources for r in self.nodes[src].roles]
         previous = list(st.results)
@@ -266,9 +277,13 @@ class _Scheduler:
                     parts += [PREVIOUS_LABEL, own.output, SEPARATOR]
                 for src, results in feedback:
                     parts += _inputs(self.nodes[src].roles, results)
-            prompts.append(ctx.prompt(role.spec, parts=parts, instructions=graph.nodes[name].instructions))
+            prompts.append(
+                ctx.prompt(role.spec, parts=parts, instructions=graph.nodes[name].instructions)
+            )
         if feedback:
-            received += [f"{name}(previous)"] + [r.agent for src, _ in feedback for r in self.nodes[src].roles]
+            received += [f"{name}(previous)"] + [
+                r.agent for src, _ in feedback for r in self.nodes[src].roles
+            ]
         st.inputs.append(received)
         await ctx.emit("node_started", None, node=name, iteration=st.runs, inputs=received)
         self.inflight += 1
@@ -299,7 +314,9 @@ class _Scheduler:
                 if st.activation != activation:  # pruned or reset while waiting for a slot
                     done[i] = TurnDone(role.agent, None, skipped=True)
                     return
-                done[i] = await ctx.turn(role, Turn(prompts[i], sampling, priority=priority, label=name, round=st.runs))
+                done[i] = await ctx.turn(
+                    role, Turn(prompts[i], sampling, priority=priority, label=name, round=st.runs)
+                )
 
         async with anyio.create_task_group() as tg:
             for i in range(len(prompts)):
@@ -314,7 +331,7 @@ class _Scheduler:
         st = self.nodes[name]
         st.state = "done"
         st.results = [d.result for d in done]
-        st.text = SEPARATOR.join(t for t in (clean_text(d.text) for d in done) if t)
+        st.text = SEPARATOR.join(t for t in (d.content for d in done) if t)
         await self.ctx.emit("node_finished", None, node=name, iteration=st.runs, text=st.text)
         for e in graph.loop_edges(name):
             key = id(e)
@@ -325,7 +342,9 @@ class _Scheduler:
             self.loops_used[key] += 1
             await self._reset(e.target)
             self.nodes[e.target].feedback.append((name, st.results))
-            await self.ctx.emit("loop", None, node=e.target, source=name, iteration=self.loops_used[key])
+            await self.ctx.emit(
+                "loop", None, node=e.target, source=name, iteration=self.loops_used[key]
+            )
             return
         for e in graph.out_edges(name):
             ok = e.when is None or await e.when.holds(st.text)
@@ -344,7 +363,7 @@ class _Scheduler:
                         await role.bridge.abort(role.running_request)
             if st.state == "pruned":
                 for role in st.roles:
-                    role.actor.pruned = False
+                    role.actor.revive()
             st.activation += 1
             st.state = "pending"
         for e in self.graph.forward:
@@ -363,9 +382,9 @@ class _Scheduler:
             await self.ctx.prune(role, "branch_pruned")
         await self.ctx.emit("branch_pruned", None, node=name, reason=reason)
 
-    def _record(self) -> None:
-        self.ctx.rounds = max((st.runs for st in self.nodes.values()), default=1) or 1
-        self.ctx.extra["graph"] = {
+    def _details(self) -> dict[str, Any]:
+        """Per node: ``{"output", "nodes": {name: {state, iterations, inputs, agents}}}``."""
+        return {
             "output": self.output,
             "nodes": {
                 name: {
@@ -387,7 +406,9 @@ class _NoLimit:
         return None
 
 
-def _inputs(roles: Sequence[Role], results: Sequence[GenerationResult | None]) -> list[str | KVHandle]:
+def _inputs(
+    roles: Sequence[Role], results: Sequence[GenerationResult | None]
+) -> list[str | KVHandle]:
     parts: list[str | KVHandle] = []
     for role, result in zip(roles, results, strict=False):
         if result is not None:

@@ -48,7 +48,7 @@ def normalize_answer(text: str, choices: Sequence[str] | None = None) -> str:
 
 
 def _canon(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text).lower().replace("<|im_end|>", "")
+    text = unicodedata.normalize("NFKC", text).lower()
     text = _PUNCT.sub(" ", text)
     return _SPACE.sub(" ", text).strip()
 

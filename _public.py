@@ -1,0 +1,22 @@
+"""Public names report their public module (as trio's ``fixup_module_metadata`` does).
+
+A class defined in ``microagent/collab/_spec.py`` and exported from
+``microagent.collab`` should say ``microagent.collab.AgentSpec`` in reprs,
+tracebacks and pickles, not the private module it happens to live in.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+
+
+def publish(namespace: Mapping[str, object], module: str) -> None:
+    """Make the classes and functions of ``namespace['__all__']`` below ``module`` report it."""
+    for name in namespace.get("__all__", ()):  # type: ignore[attr-defined]
+        obj = namespace[name]
+        if not (isinstance(obj, type) or inspect.isfunction(obj)):
+            continue
+        home = getattr(obj, "__module__", "") or ""
+        if home.startswith(module + ".") and "._" in home[len(module) :]:
+            obj.__module__ = module

@@ -1,0 +1,176 @@
+"""The collaboration layer: modes that run teams of role actors on one engine.
+
+A collaboration is a mode (``CollaborationOp``) run over agent specs and a
+task context. Every role is a spawned actor in the collaboration's scope;
+roles exchange KV handles through their mailboxes; the mode returns a typed
+``ModeResult`` that ``collaborate`` turns into an ``Outcome``.
+
+    outcome = await vote(engine, "Is 17 prime?", voters=5, choices=["yes", "no"])
+"""
+
+from .._public import publish as _publish
+from ._agent import Role as Role
+from ._agent import RoleActor as RoleActor
+from ._agent import Turn as Turn
+from ._agent import TurnDone as TurnDone
+from ._config import ModeConfig as ModeConfig
+from ._config import build_config as build_config
+from ._config import int_in as int_in
+from ._context import CollaborationContext as CollaborationContext
+from ._context import EventCallback as EventCallback
+from ._context import bridge_for_spec as bridge_for_spec
+from ._context import find_role as find_role
+from ._context import split_final_role as split_final_role
+from ._errors import CollaborationError as CollaborationError
+from ._errors import CollaborationFailed as CollaborationFailed
+from ._errors import InvalidCollaboration as InvalidCollaboration
+from ._errors import InvalidGraph as InvalidGraph
+from ._errors import InvalidRole as InvalidRole
+from ._mode import CollaborationOp as CollaborationOp
+from ._mode import ModeRegistry as ModeRegistry
+from ._mode import ModeResult as ModeResult
+from ._outcome import BUILTIN_EVENTS as BUILTIN_EVENTS
+from ._outcome import AgentFinish as AgentFinish
+from ._outcome import AgentRecord as AgentRecord
+from ._outcome import CollaborationEvent as CollaborationEvent
+from ._outcome import EventType as EventType
+from ._outcome import Outcome as Outcome
+from ._outcome import Usage as Usage
+from ._outcome import event as event
+from ._registry import collaboration_modes as collaboration_modes
+from ._registry import default_registry as default_registry
+from ._registry import get_mode as get_mode
+from ._registry import register_mode as register_mode
+from ._registry import unregister_mode as unregister_mode
+from ._role_files import RoleDefinition as RoleDefinition
+from ._role_files import load_role as load_role
+from ._role_files import load_roles as load_roles
+from ._role_files import match_roles as match_roles
+from ._role_files import parse_role as parse_role
+from ._run import DEFAULT_MAX_AGENTS as DEFAULT_MAX_AGENTS
+from ._run import ContextInput as ContextInput
+from ._run import ModeInput as ModeInput
+from ._run import PreparedCollaboration as PreparedCollaboration
+from ._run import collaborate as collaborate
+from ._run import prepare_collaboration as prepare_collaboration
+from ._shortcuts import Target as Target
+from ._shortcuts import aggregate as aggregate
+from ._shortcuts import cascade as cascade
+from ._shortcuts import debate as debate
+from ._shortcuts import reflect as reflect
+from ._shortcuts import run_mode as run_mode
+from ._shortcuts import vote as vote
+from ._spec import MAX_AGENT_COUNT as MAX_AGENT_COUNT
+from ._spec import MAX_AGENT_TOKENS as MAX_AGENT_TOKENS
+from ._spec import AgentInput as AgentInput
+from ._spec import AgentSpec as AgentSpec
+from ._spec import AnswerSpec as AnswerSpec
+from ._spec import FieldRule as FieldRule
+from ._spec import agent_field_rules as agent_field_rules
+from ._spec import agent_json_schema as agent_json_schema
+from ._spec import check_agent_field as check_agent_field
+from ._tally import Tally as Tally
+from ._tally import all_agree as all_agree
+from ._tally import majority as majority
+from ._tally import normalize_answer as normalize_answer
+from ._validators import Validator as Validator
+from ._validators import Verdict as Verdict
+from ._validators import json_schema_validator as json_schema_validator
+from ._validators import python_tests_validator as python_tests_validator
+from ._validators import run_validator as run_validator
+from ._validators import validator_from_spec as validator_from_spec
+from .graph import Condition as Condition
+from .graph import Edge as Edge
+from .graph import Graph as Graph
+from .graph import Node as Node
+from .graph import graph_json_schema as graph_json_schema
+from .modes import GraphConfig as GraphConfig
+from .modes import GraphMode as GraphMode
+from .trace import TraceRecorder as TraceRecorder
+from .trace import plot_timeline as plot_timeline
+from .trace import write_trace as write_trace
+
+__all__ = [
+    "BUILTIN_EVENTS",
+    "DEFAULT_MAX_AGENTS",
+    "MAX_AGENT_COUNT",
+    "MAX_AGENT_TOKENS",
+    "AgentFinish",
+    "AgentInput",
+    "AgentRecord",
+    "AgentSpec",
+    "AnswerSpec",
+    "CollaborationContext",
+    "CollaborationError",
+    "CollaborationEvent",
+    "CollaborationFailed",
+    "CollaborationOp",
+    "Condition",
+    "ContextInput",
+    "Edge",
+    "EventCallback",
+    "EventType",
+    "FieldRule",
+    "Graph",
+    "GraphConfig",
+    "GraphMode",
+    "InvalidCollaboration",
+    "InvalidGraph",
+    "InvalidRole",
+    "ModeConfig",
+    "ModeInput",
+    "ModeRegistry",
+    "ModeResult",
+    "Node",
+    "Outcome",
+    "PreparedCollaboration",
+    "Role",
+    "RoleActor",
+    "RoleDefinition",
+    "Tally",
+    "Target",
+    "TraceRecorder",
+    "Turn",
+    "TurnDone",
+    "Usage",
+    "Validator",
+    "Verdict",
+    "agent_field_rules",
+    "agent_json_schema",
+    "aggregate",
+    "all_agree",
+    "bridge_for_spec",
+    "build_config",
+    "cascade",
+    "check_agent_field",
+    "collaborate",
+    "collaboration_modes",
+    "debate",
+    "default_registry",
+    "event",
+    "find_role",
+    "get_mode",
+    "graph_json_schema",
+    "int_in",
+    "json_schema_validator",
+    "load_role",
+    "load_roles",
+    "majority",
+    "match_roles",
+    "normalize_answer",
+    "parse_role",
+    "plot_timeline",
+    "prepare_collaboration",
+    "python_tests_validator",
+    "reflect",
+    "register_mode",
+    "run_mode",
+    "run_validator",
+    "split_final_role",
+    "unregister_mode",
+    "validator_from_spec",
+    "vote",
+    "write_trace",
+]
+
+_publish(globals(), __name__)

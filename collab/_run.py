@@ -1,0 +1,255 @@
+"""Running a collaboration: ``prepare_collaboration`` validates it, ``collaborate`` runs it.
+
+``collaborate`` composes the task context once, opens an actor scope for the
+collaboration, hands the mode a ``CollaborationContext`` and turns the mode's
+``ModeResult`` and the agents' records into an ``Outcome``. Cancelling the
+caller cancels the scope: every role actor stops and every engine request
+the collaboration started is aborted.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import anyio
+import attrs
+
+from ..actors import Runtime
+from ..engine_bridge import EngineBridge, EngineDied, KVHandle
+from ._config import ModeConfig, build_config
+from ._context import CollaborationContext, EventCallback, bridge_for_spec
+from ._errors import CollaborationFailed, InvalidCollaboration
+from ._mode import AnyOp, CollaborationOp, ModeRegistry, ModeResult
+from ._outcome import Outcome, Usage
+from ._registry import default_registry
+from ._spec import AgentInput, AgentSpec
+
+#: The task: one user message, chat messages, or a handle already composed.
+ContextInput = str | Sequence[Mapping[str, object]] | KVHandle
+#: A mode as callers name it: a registered name, a mode class or an instance.
+ModeInput = str | type[AnyOp] | AnyOp
+
+#: Ceiling on agents per collaboration unless a caller sets its own (server limits).
+DEFAULT_MAX_AGENTS: Final = 64
+
+_collab_ids = itertools.count(1)
+
+
+@attrs.frozen
+class PreparedCollaboration:
+    """A validated collaboration request: the mode, its config and the agent specs."""
+
+    op: AnyOp
+    config: ModeConfig
+    agents: tuple[AgentSpec, ...]
+
+
+def _mode(mode: ModeInput, registry: ModeRegistry) -> AnyOp:
+    if isinstance(mode, CollaborationOp):
+        return mode
+    if isinstance(mode, type) and issubclass(mode, CollaborationOp):
+        return mode()
+    if isinstance(mode, str):
+        return registry.get(mode)()
+    raise InvalidCollaboration(
+        "collaboration.mode", f"must be a mode name, got {type(mode).__name__}"
+    )
+
+
+def _specs(agents: Sequence[AgentInput] | None) -> list[AgentSpec]:
+    specs: list[AgentSpec] = []
+    for i, a in enumerate(agents or ()):
+        if isinstance(a, AgentSpec):
+            specs.append(a)
+        elif isinstance(a, Mapping):
+            try:
+                specs.append(AgentSpec.from_dict(a))
+            except InvalidCollaboration as exc:
+                field = exc.field.replace("agents", f"agents[{i}]", 1)
+                raise InvalidCollaboration(field, exc.reason) from None
+        else:
+            raise InvalidCollaboration(f"agents[{i}]", "must be an object")
+    return specs
+
+
+def prepare_collaboration(
+    mode: ModeInput,
+    agents: Sequence[AgentInput] | None,
+    options: Mapping[str, object] | None = None,
+    *,
+    max_agents: int = DEFAULT_MAX_AGENTS,
+    registry: ModeRegistry | None = None,
+) -> PreparedCollaboration:
+    """Validate a collaboration without running it (the server answers 400 from this).
+
+    Args:
+        mode: a mode name (looked up in ``registry``), a mode class or an instance.
+        agents: agent specs or their JSON form; the mode's defaults when empty.
+        options: the mode's config options.
+        max_agents: most agents in total.
+        registry: where mode names are looked up (default: the default registry).
+
+    Raises:
+        InvalidCollaboration: naming the offending field.
+    """
+    op = _mode(mode, default_registry if registry is None else registry)
+    config = build_config(op.Config, dict(options or {}))
+    specs = _specs(agents) or list(op.default_agents)
+    names: set[str] = set()
+    for spec in specs:
+        for agent in spec.agent_names():
+            if agent in names:
+                raise InvalidCollaboration("agents.name", f"agent name {agent!r} is used twice")
+            names.add(agent)
+    total = sum(s.count for s in specs)
+    if total > max_agents:
+        raise InvalidCollaboration("agents", f"{total} agents in total; the limit is {max_agents}")
+    if config.rounds is not None and not op.uses_rounds:
+        raise InvalidCollaboration("collaboration.rounds", f"mode {op.name!r} has no rounds")
+    op.validate(config, specs)
+    return PreparedCollaboration(op, config, tuple(specs))
+
+
+def _messages(context: ContextInput) -> tuple[Mapping[str, Any], ...]:
+    if isinstance(context, str):
+        if not context.strip():
+            raise InvalidCollaboration("messages", "the context is empty")
+        return ({"role": "user", "content": context},)
+    if isinstance(context, KVHandle):
+        return ()
+    msgs = tuple(context)
+    if not msgs:
+        raise InvalidCollaboration("messages", "must hold at least one message")
+    for i, m in enumerate(msgs):
+        if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
+            raise InvalidCollaboration(f"messages[{i}]", "must be an object with role and content")
+    return msgs
+
+
+async def collaborate(
+    engine: EngineBridge,
+    mode: ModeInput | PreparedCollaboration,
+    context: ContextInput,
+    agents: Sequence[AgentInput] | None = None,
+    *,
+    engines: Mapping[str, EngineBridge] | None = None,
+    on_event: EventCallback | None = None,
+    runtime: Runtime | None = None,
+    max_agents: int = DEFAULT_MAX_AGENTS,
+    registry: ModeRegistry | None = None,
+    **options: object,
+) -> Outcome:
+    """Run one collaboration on ``engine`` and return its outcome.
+
+    Args:
+        engine: the default engine bridge (roles run here unless their spec names a model).
+        mode: a registered mode name, a ``CollaborationOp`` class/instance, or what
+            ``prepare_collaboration`` returned (then ``agents`` and options stay empty).
+        context: the task: a string (one user message), chat messages, or a ready handle.
+        agents: agent specs (``AgentSpec`` or JSON-like dicts); the mode's default if empty.
+        engines: other served models by name (cascade, per-agent ``model``).
+        on_event: called with every ``CollaborationEvent`` as it happens.
+        runtime: an actor ``Runtime`` to spawn roles in (one is made for the call if None).
+        max_agents: most agents in total.
+        registry: where a mode name is looked up (default: the default registry).
+        **options: the mode's config (``early_stop``, ``rounds``, ``answer``…).
+
+    Cancelling the calling task cancels every role actor and aborts every
+    engine request the collaboration started.
+
+    Raises:
+        InvalidCollaboration: the request is invalid (names the field).
+        CollaborationFailed: the collaboration could not produce an answer.
+    """
+    if isinstance(mode, PreparedCollaboration):
+        if agents or options:
+            raise TypeError("a PreparedCollaboration already holds its agents and options")
+        prepared = mode
+    else:
+        prepared = prepare_collaboration(
+            mode, agents, options, max_agents=max_agents, registry=registry
+        )
+    all_engines = {engine.model: engine, **dict(engines or {})}
+    for spec in prepared.agents:  # unknown models and adapters fail before anything runs
+        bridge_for_spec(spec, engine, all_engines)
+    messages = _messages(context)
+    handle = context if isinstance(context, KVHandle) else engine.chat.context(list(messages))
+
+    async def run_in(rt: Runtime) -> Outcome | None:
+        outcome: Outcome | None = None  # stays None if the scope ends the block itself
+        async with rt.scope(f"{prepared.op.name}-{next(_collab_ids)}") as scope:
+            ctx: CollaborationContext[Any] = CollaborationContext(
+                op=prepared.op,
+                config=prepared.config,
+                agents=prepared.agents,
+                engine=engine,
+                engines=all_engines,
+                context=handle,
+                messages=messages,
+                scope=scope,
+                on_event=on_event,
+            )
+            try:
+                result = await prepared.op.run(ctx)
+            except (InvalidCollaboration, CollaborationFailed):
+                raise
+            except EngineDied as exc:
+                raise CollaborationFailed(
+                    f"the engine died: {exc}", tuple(ctx.records.values()), exc
+                ) from exc
+            except Exception as exc:  # cancellation is a BaseException: it passes through
+                cause = getattr(exc, "cause", None) or exc
+                raise CollaborationFailed(
+                    f"{ctx.mode} failed: {type(exc).__name__}: {cause}",
+                    tuple(ctx.records.values()),
+                    exc,
+                ) from exc
+            for role in ctx.roles.values():  # anything still running is no longer needed
+                if role.running_request is not None:
+                    await ctx.prune(role, "collaboration_finished")
+                role.record.messages = role.ref.mailbox_stats().delivered
+            outcome = _outcome(ctx, result, ctx.now())
+            await ctx.emit("final", None, answer=result.answer, usage=outcome.usage.to_dict())
+        return outcome
+
+    outcome: Outcome | None = None
+    failure: BaseException | None = None
+    with anyio.fail_after(prepared.config.timeout):  # None: no limit
+        if runtime is not None:
+            outcome = await run_in(runtime)
+            failure = runtime.failure
+        else:
+            async with Runtime(engine=engine) as rt:
+                outcome = await run_in(rt)
+            failure = rt.failure
+    if outcome is None:  # the runtime ended the block itself (an escalation)
+        raise CollaborationFailed("the actor runtime stopped the collaboration", cause=failure)
+    return outcome
+
+
+def _outcome(ctx: CollaborationContext[Any], result: ModeResult, wall: float) -> Outcome:
+    records = tuple(ctx.records.values())
+    done = [r.completion_tokens for r in records if r.finish_reason in ("stop", "length")]
+    mean_done = sum(done) / len(done) if done else 0.0
+    saved = sum(
+        max(0.0, mean_done - r.completion_tokens) for r in records if r.finish_reason == "pruned"
+    )
+    usage = Usage(
+        prompt_tokens=sum(r.prompt_tokens for r in records),
+        cached_tokens=sum(r.cached_tokens for r in records),
+        completion_tokens=sum(r.completion_tokens for r in records),
+        saved_completion_tokens=round(saved),
+    )
+    return Outcome(
+        mode=ctx.mode,
+        answer=result.answer,
+        agents=records,
+        usage=usage,
+        rounds=result.rounds,
+        early_stopped=result.early_stopped,
+        votes=result.votes,
+        wall_time=wall,
+        details=dict(result.details),
+    )

@@ -1,0 +1,190 @@
+"""The package's layout: layers import downwards, no cycles, the chat format in the engine layer.
+
+Read from the source with ``ast`` (every import counts: module level, inside
+functions, and under ``TYPE_CHECKING``), so a violation fails here before it
+becomes a cycle at run time or a leak of one layer into another.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "microagent"
+LAYERS = ("mailbox", "engine_bridge", "actors", "collab", "server", "testing")
+
+#: What each layer may import of the other layers (type-checking imports included).
+ALLOWED: dict[str, set[str]] = {
+    "mailbox": set(),
+    "engine_bridge": set(),
+    "actors": {"mailbox", "engine_bridge"},
+    "collab": {"mailbox", "engine_bridge", "actors"},
+    "server": {"mailbox", "engine_bridge", "actors", "collab"},
+    "testing": {"engine_bridge"},
+}
+#: Where a chat template's own tokens may be written down.
+CHAT_LITERAL = re.compile(
+    r"<\|(?:im_end|im_start|endoftext|eot_id|start_header_id|end_header_id)\|>|</s>"
+)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join([PACKAGE, *parts])
+
+
+def package_files() -> list[Path]:
+    out = []
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] in LAYERS or len(rel.parts) == 1:
+            out.append(path)
+    return sorted(out)
+
+
+def is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports(path: Path, *, runtime_only: bool) -> Iterator[str]:
+    """Absolute names of the ``microagent`` modules (or module members) ``path`` imports."""
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
+    yield from imports_in(path.read_text(encoding="utf-8"), package, runtime_only=runtime_only)
+
+
+def imports_in(source: str, package: str, *, runtime_only: bool) -> Iterator[str]:
+    """Like ``imports`` for ``source`` of a module whose package is ``package``."""
+    tree = ast.parse(source)
+
+    def visit(node: ast.AST) -> Iterator[str]:
+        if isinstance(node, ast.If) and is_type_checking(node) and runtime_only:
+            yield from (n for child in node.orelse for n in visit(child))
+            return
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.split(".")[0] == PACKAGE)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] == PACKAGE:
+                for alias in node.names:
+                    yield f"{target}.{alias.name}"
+        for child in ast.iter_child_nodes(node):
+            yield from visit(child)
+
+    yield from visit(tree)
+
+
+def layer_of(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_the_tree_holds_every_layer() -> None:
+    found = {path.relative_to(ROOT).parts[0] for path in package_files()}
+    assert set(LAYERS) <= found
+    assert not (ROOT / "actors" / "_collab.py").exists()
+    collab_in_actors = [
+        p.name
+        for p in (ROOT / "actors").glob("*.py")
+        if re.search(r"collab|_ops_|graph|trace", p.name)
+    ]
+    assert collab_in_actors == []
+
+
+@pytest.mark.parametrize("path", package_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_layers_import_only_downwards(path: Path) -> None:
+    layer = path.relative_to(ROOT).parts[0]
+    if layer not in LAYERS:
+        return  # the root package re-exports every layer
+    for name in imports(path, runtime_only=False):
+        other = layer_of(name)
+        if other is None or other == layer:
+            continue
+        assert other in ALLOWED[layer], f"{module_name(path)} ({layer}) imports {name} ({other})"
+
+
+def test_no_import_cycle_inside_a_package() -> None:
+    """Within each layer the modules' run-time imports form no cycle (function-level ones too)."""
+    modules = {module_name(p): p for p in package_files()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges = set()
+        for imported in imports(path, runtime_only=True):
+            target = imported if imported in modules else imported.rsplit(".", 1)[0]
+            if target in modules and target != name and layer_of(target) == layer_of(name):
+                edges.add(target)
+        graph[name] = edges
+    # a package's __init__ re-exporting its modules is not a cycle of its own
+    for name in graph:
+        graph[name] = {
+            t
+            for t in graph[name]
+            if not (modules[t].name == "__init__.py" and name.startswith(t + "."))
+        }
+
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycle = [*stack[stack.index(nxt) :], nxt]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                dfs(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            dfs(node)
+
+
+def test_the_chat_format_stays_in_the_engine_layer() -> None:
+    """No template token literal outside ``engine_bridge/``: another model's template just works."""
+    leaks = []
+    for path in package_files():
+        if path.relative_to(ROOT).parts[0] == "engine_bridge":
+            continue
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if CHAT_LITERAL.search(line):
+                leaks.append(f"{path.relative_to(ROOT)}:{lineno}: {line.strip()}")
+    assert leaks == []
+
+
+def test_the_import_reader_sees_every_kind_of_import() -> None:
+    """Relative, type-checking and function-level imports are read (the tests above can fail)."""
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from ..collab import Outcome\n"
+        "from ..server import x\n"
+        "def f():\n    from ._cell import current_cell\n"
+        "import microagent.mailbox\n"
+    )
+    everything = set(imports_in(source, "microagent.actors", runtime_only=False))
+    assert everything == {
+        "microagent.collab.Outcome",
+        "microagent.server.x",
+        "microagent.actors._cell.current_cell",
+        "microagent.mailbox",
+    }
+    assert "microagent.collab.Outcome" not in set(
+        imports_in(source, "microagent.actors", runtime_only=True)
+    )
