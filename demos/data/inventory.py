@@ -152,7 +152,9 @@ class Inventory:
     def reserved(self, sku: str, now: dt.datetime) -> int:
         """Units of ``sku`` held by reservations that have not expired."""
         return sum(
-            r.quantity for r in self._reservations.values() if r.sku == sku and not r.expired(now)
+            r.quantity
+            for r in self._reservations.values()
+            if r.sku == sku and not r.expired(now)
         )
 
     def available(self, sku: str, now: dt.datetime) -> int:
