@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, final
 
-from ..mailbox import OverflowPolicy, ReplySlot
+from ..mailbox import ReplySlot
 from ._errors import UnhandledMessage
 from ._messages import StopReason
-from ._supervision import RestartKind, SupervisionStrategy
+from ._spawner import Spawner
 
 if TYPE_CHECKING:
     from ..engine_bridge import EngineBridge
@@ -71,7 +71,7 @@ class Reply:
         return self._slot.fail(error)
 
 
-class Actor:
+class Actor(Spawner):
     """Base class of actor behaviours: subclass it, add ``@handles`` methods.
 
     The runtime makes a fresh instance (through the factory given to
@@ -138,6 +138,9 @@ class Actor:
         raise UnhandledMessage(self.path, message)
 
     # -- context -------------------------------------------------------------------
+    def _spawn_parent(self) -> _Cell:
+        return self._ctx()
+
     def _ctx(self) -> _Cell:
         cell = self._cell
         if cell is None:
@@ -192,26 +195,6 @@ class Actor:
     def sender(self) -> ActorRef | None:
         """Who sent the message being handled (``None`` from outside any actor)."""
         return self._ctx().current_sender()
-
-    def spawn(
-        self,
-        behaviour: type[A] | Callable[[], A],
-        *,
-        name: str | None = None,
-        supervision: SupervisionStrategy | None = None,
-        capacity: int | None = None,
-        overflow: OverflowPolicy | None = None,
-        restart: RestartKind = RestartKind.PERMANENT,
-    ) -> ActorRef:
-        """Start a child actor supervised by this one (see ``Runtime.spawn``)."""
-        return self._ctx().spawn_child(
-            behaviour,
-            name=name,
-            supervision=supervision,
-            capacity=capacity,
-            overflow=overflow,
-            restart=restart,
-        )
 
     def watch(self, ref: ActorRef) -> None:
         """Receive ``Terminated(ref, reason)`` when ``ref`` stops (at once if it is dead)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Self, TypeVar, final
 
@@ -16,10 +15,10 @@ from ._cell import _Cell, _Node
 from ._errors import ActorNameTaken, EscalationError, RuntimeNotRunning
 from ._messages import SHUTDOWN
 from ._ref import ActorRef
+from ._spawner import Spawner
 from ._supervision import (
     CleanupFailure,
     OneForOne,
-    RestartKind,
     SupervisionEvent,
     SupervisionStrategy,
 )
@@ -61,11 +60,14 @@ class _Guardian(_Node):
         return [cell for cell in self.runtime._cells.values() if cell.guardian is self]
 
 
-class _Host:
+class _Host(Spawner):
     """Shared enter/exit of a task group with a guardian on top (runtime, scope)."""
 
     _guardian: _Guardian | None
     _tg: TaskGroup | None
+
+    def _spawn_parent(self) -> _Guardian:
+        return self._running_guardian()
 
     def _running_guardian(self) -> _Guardian:
         guardian = self._guardian
@@ -73,15 +75,31 @@ class _Host:
             raise RuntimeNotRunning("use it inside its `async with` block")
         return guardian
 
+    def _exit_policy(self) -> tuple[bool, float]:
+        """(drain mailboxes on exit, the bound of each stop phase in seconds)."""
+        raise NotImplementedError
+
+    def _closed(self) -> None:
+        """Called once the group has exited."""
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        try:
+            return await self._exit_group(exc_type, exc, tb)
+        finally:
+            self._closed()
+
     async def _exit_group(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-        *,
-        drain: bool,
-        timeout: float,
     ) -> bool:
+        drain, timeout = self._exit_policy()
         guardian = self._guardian
         tg = self._tg
         assert guardian is not None and tg is not None
@@ -161,38 +179,11 @@ class ActorScope(_Host):
         rt._scopes[self.name] = self
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        try:
-            return await self._exit_group(
-                exc_type, exc, tb, drain=self.drain, timeout=self.runtime.stop_timeout
-            )
-        finally:
-            self.runtime._scopes.pop(self.name, None)
+    def _exit_policy(self) -> tuple[bool, float]:
+        return self.drain, self.runtime.stop_timeout
 
-    def spawn(
-        self,
-        behaviour: type[A] | Callable[[], A],
-        *,
-        name: str | None = None,
-        supervision: SupervisionStrategy | None = None,
-        capacity: int | None = None,
-        overflow: OverflowPolicy | None = None,
-        restart: RestartKind = RestartKind.PERMANENT,
-    ) -> ActorRef:
-        """Start an actor whose life is bounded by this scope (see ``Runtime.spawn``)."""
-        return self._running_guardian().spawn_child(
-            behaviour,
-            name=name,
-            supervision=supervision,
-            capacity=capacity,
-            overflow=overflow,
-            restart=restart,
-        )
+    def _closed(self) -> None:
+        self.runtime._scopes.pop(self.name, None)
 
     def cancel(self) -> None:
         """Cancel the scope: its actors and the body of its ``async with`` block."""
@@ -278,15 +269,8 @@ class Runtime(_Host):
         self._root = self._guardian = _Guardian(self, "/", self.supervision, tg)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        return await self._exit_group(
-            exc_type, exc, tb, drain=self.drain_on_exit, timeout=self.stop_timeout
-        )
+    def _exit_policy(self) -> tuple[bool, float]:
+        return self.drain_on_exit, self.stop_timeout
 
     @property
     def running(self) -> bool:
@@ -312,38 +296,6 @@ class Runtime(_Host):
         )
 
     # -- actors ------------------------------------------------------------------------
-    def spawn(
-        self,
-        behaviour: type[A] | Callable[[], A],
-        *,
-        name: str | None = None,
-        supervision: SupervisionStrategy | None = None,
-        capacity: int | None = None,
-        overflow: OverflowPolicy | None = None,
-        restart: RestartKind = RestartKind.PERMANENT,
-    ) -> ActorRef:
-        """Start a top-level actor, supervised by the runtime root.
-
-        Args:
-            behaviour: an ``Actor`` subclass, or a factory returning a fresh
-                ``Actor`` (called again on every restart).
-            name: unique among its siblings (default: class name + counter).
-            supervision: the strategy the new actor applies to *its* children.
-            capacity: mailbox bound (default ``Runtime.mailbox_capacity``).
-            overflow: mailbox overflow policy (default ``Runtime.overflow``).
-            restart: when its supervisor restarts it.
-
-        Returns:
-            The new actor's reference; messages sent before it started wait in its mailbox.
-        """
-        return self._running_guardian().spawn_child(
-            behaviour,
-            name=name,
-            supervision=supervision,
-            capacity=capacity,
-            overflow=overflow,
-            restart=restart,
-        )
 
     def scope(
         self,

@@ -97,7 +97,7 @@ async def main(argv: list[str] | None = None) -> int:
     else:
         print()
         print(summary_table(outcome, seconds))
-        print(f"\nbug found by the vote: {outcome.extra.get('decision')}")
+        print(f"\nbug found by the vote: {outcome.details.get('decision')}")
     return 0
 
 

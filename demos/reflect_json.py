@@ -57,8 +57,8 @@ async def main() -> int:
     async with VLLMBridge("default") as engine:
         outcome = await extract(engine, on_event=show)
     print(f"\nfinal answer: {outcome.answer}")
-    print(f"valid: {outcome.extra.get('valid')}  rounds: {outcome.rounds}")
-    for step in outcome.extra.get("history", []):
+    print(f"valid: {outcome.details.get('valid')}  rounds: {outcome.rounds}")
+    for step in outcome.details.get("history", []):
         print(json.dumps(step)[:200])
     return 0
 

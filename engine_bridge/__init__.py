@@ -20,6 +20,7 @@ from ._errors import HandleMismatch as HandleMismatch
 from ._errors import ModelPreparationError as ModelPreparationError
 from ._errors import RequestRefused as RequestRefused
 from ._errors import UnknownAdapter as UnknownAdapter
+from ._group import open_bridges as open_bridges
 from ._handle import AdapterRef as AdapterRef
 from ._handle import KVHandle as KVHandle
 from ._lora import make_random_lora as make_random_lora
@@ -63,6 +64,7 @@ __all__ = [
     "UnknownAdapter",
     "VLLMBridge",
     "make_random_lora",
+    "open_bridges",
     "prepare_model",
     "resolve_model",
 ]

@@ -208,12 +208,7 @@ class EngineBridge(abc.ABC):
         await self.open()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         with anyio.CancelScope(shield=True):
             await self.close()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Iterator
-from types import TracebackType
 from typing import Self, final
 
 import anyio
@@ -85,12 +84,7 @@ class DeadLetterSubscription:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self.close()
         self._receive.close()
 

@@ -44,6 +44,7 @@ from ..engine_bridge import (
     RequestRefused,
     Sampling,
     UnknownAdapter,
+    open_bridges,
 )
 from ._errors import ApiError, bad_request
 from ._guard import Guard
@@ -125,16 +126,8 @@ def create_app(
         if not open_engines:
             yield
             return
-        opened: list[EngineBridge] = []
-        try:
-            for bridge in state.engines.values():
-                await bridge.open()
-                opened.append(bridge)
+        async with open_bridges(state.engines.values()):
             yield
-        finally:
-            with anyio.CancelScope(shield=True):
-                for bridge in reversed(opened):
-                    await bridge.close()
 
     app = FastAPI(title=title, version="0.1.0", lifespan=lifespan)
     app.state.microagent = state

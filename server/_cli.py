@@ -32,6 +32,7 @@ from ..engine_bridge import (
     ModelPreparationError,
     ScriptedEngine,
     VLLMBridge,
+    open_bridges,
     prepare_model,
 )
 
@@ -421,7 +422,7 @@ async def _run_collaboration(
     view = LiveView(out if not args.json else sys.stderr, tty=None if not args.json else False)
     recorder = TraceRecorder(forward=view)
     started = time.monotonic()
-    async with _opened(bridges):
+    async with open_bridges(bridges):
         context = bridge.chat.context(messages)
         outcome = await collaborate(
             bridge,
@@ -446,23 +447,6 @@ async def _run_collaboration(
     else:
         print(summary_table(outcome, seconds), file=out)
     return 0
-
-
-class _opened:
-    """Open every bridge, close them all on exit (even on failure)."""
-
-    def __init__(self, bridges: Sequence[EngineBridge]) -> None:
-        self.bridges = bridges
-        self.opened: list[Any] = []
-
-    async def __aenter__(self) -> None:
-        for b in self.bridges:
-            await b.open()
-            self.opened.append(b)
-
-    async def __aexit__(self, *exc: object) -> None:
-        for b in reversed(self.opened):
-            await b.close()
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO | None = None) -> int:
