@@ -1,4 +1,4 @@
-"""``open_bridges``: every bridge opened in order, the opened ones closed in reverse, even on failure."""
+"""``open_bridges``: opened in order, the opened ones closed in reverse, even on failure."""
 
 from __future__ import annotations
 
