@@ -76,6 +76,8 @@ from .engine_bridge import HandleMismatch as HandleMismatch
 from .engine_bridge import KVHandle as KVHandle
 from .engine_bridge import ModelPreparationError as ModelPreparationError
 from .engine_bridge import RequestRefused as RequestRefused
+from .engine_bridge import Retain as Retain
+from .engine_bridge import RetentionStats as RetentionStats
 from .engine_bridge import Sampling as Sampling
 from .engine_bridge import ScriptedEngine as ScriptedEngine
 from .engine_bridge import UnknownAdapter as UnknownAdapter
@@ -136,6 +138,8 @@ __all__ = [
     "OverflowPolicy",
     "RequestRefused",
     "RestartKind",
+    "Retain",
+    "RetentionStats",
     "Role",
     "RoleDefinition",
     "Runtime",

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import attrs
 
 from ..actors import Actor, ActorRef
-from ..engine_bridge import EngineBridge, GenerationResult, KVHandle, Sampling
+from ..engine_bridge import EngineBridge, GenerationResult, KVHandle, Retain, Sampling
 from ._outcome import AgentRecord
 from ._spec import AgentSpec
 
@@ -24,7 +24,10 @@ class Turn:
     """Ask a role to generate: continue ``prompt`` with ``sampling`` at ``priority``.
 
     ``label`` names the step for events ("draft", "critique", "answer"…); ``round``
-    is the collaboration round it belongs to.
+    is the collaboration round it belongs to. ``keep`` keeps the output's KV
+    blocks resident (retained under the agent's key, superseding its previous
+    turn) until the collaboration ends: set it False for a last step that
+    nothing extends.
     """
 
     prompt: KVHandle
@@ -33,6 +36,7 @@ class Turn:
     label: str = "turn"
     round: int | None = None
     sent_at: float | None = None
+    keep: bool = True
 
 
 @attrs.frozen
@@ -71,6 +75,7 @@ class RoleActor(Actor):
         emit: Callable[..., Awaitable[None]],
         clock: Callable[[], float],
         delta_events: bool = True,
+        retention_key: str | None = None,
     ) -> None:
         super().__init__()
         self.agent = agent
@@ -81,6 +86,7 @@ class RoleActor(Actor):
         self._delta_events = delta_events
         self._clock = clock
         self.current_request: str | None = None
+        self.retention_key = retention_key
         self._pruned = False
 
     @property
@@ -128,8 +134,13 @@ class RoleActor(Actor):
             return TurnDone(self.agent, None, skipped=True)
         submitted = self._clock()
         first_token: float | None = None
+        retain = Retain(self.retention_key) if turn.keep and self.retention_key else None
         async with self.bridge.stream(
-            turn.prompt, turn.sampling, adapter=self.spec.adapter, priority=turn.priority
+            turn.prompt,
+            turn.sampling,
+            adapter=self.spec.adapter,
+            priority=turn.priority,
+            retain=retain,
         ) as gen:
             self.current_request = gen.request_id
             try:

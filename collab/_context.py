@@ -156,6 +156,11 @@ class CollaborationContext(Generic[C]):
         )
 
     @property
+    def retention_prefix(self) -> str:
+        """The prefix of this collaboration's retention keys (all released when it ends)."""
+        return f"{self._scope.name}/"
+
+    @property
     def choices(self) -> tuple[str, ...] | None:
         """The fixed answer choices of the collaboration, if it has any."""
         answer = self.config.answer
@@ -174,7 +179,13 @@ class CollaborationContext(Generic[C]):
         )
         self.records[agent] = record
         actor = RoleActor(
-            agent=agent, spec=spec, bridge=bridge, record=record, emit=self.emit, clock=self.now
+            agent=agent,
+            spec=spec,
+            bridge=bridge,
+            record=record,
+            emit=self.emit,
+            clock=self.now,
+            retention_key=f"{self.retention_prefix}{agent}",
         )
         # temporary: a role that fails is recorded as failed, never silently restarted
         ref = self._scope.spawn(lambda: actor, name=agent, restart=RestartKind.TEMPORARY)

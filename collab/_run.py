@@ -9,6 +9,7 @@ the collaboration started is aborted.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -178,8 +179,18 @@ async def collaborate(
     handle = context if isinstance(context, KVHandle) else engine.chat.context(list(messages))
 
     async def run_in(rt: Runtime) -> Outcome | None:
+        name = f"{prepared.op.name}-{next(_collab_ids)}"
+        try:
+            return await run_scope(rt, name)
+        finally:  # its agents' retained KV goes back to the LRU cache, whatever happened
+            with anyio.CancelScope(shield=True):
+                for bridge in {id(b): b for b in all_engines.values()}.values():
+                    with contextlib.suppress(Exception):  # a dead engine holds nothing
+                        await bridge.release(prefix=f"{name}/")
+
+    async def run_scope(rt: Runtime, name: str) -> Outcome | None:
         outcome: Outcome | None = None  # stays None if the scope ends the block itself
-        async with rt.scope(f"{prepared.op.name}-{next(_collab_ids)}") as scope:
+        async with rt.scope(name) as scope:
             ctx: CollaborationContext[Any] = CollaborationContext(
                 op=prepared.op,
                 config=prepared.config,

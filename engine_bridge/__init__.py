@@ -26,6 +26,10 @@ from ._handle import KVHandle as KVHandle
 from ._lora import make_random_lora as make_random_lora
 from ._models import prepare_model as prepare_model
 from ._models import resolve_model as resolve_model
+from ._retention import RELEASE_CAUSES as RELEASE_CAUSES
+from ._retention import ReleaseCause as ReleaseCause
+from ._retention import Retain as Retain
+from ._retention import RetentionStats as RetentionStats
 from ._scripted import ScriptedEngine as ScriptedEngine
 from ._tokenizer import ToyTokenizer as ToyTokenizer
 from ._types import EngineStats as EngineStats
@@ -37,6 +41,7 @@ from ._types import TokenDelta as TokenDelta
 from ._vllm import VLLMBridge as VLLMBridge
 
 __all__ = [
+    "RELEASE_CAUSES",
     "AdapterRef",
     "ChatComposer",
     "ChatTemplate",
@@ -54,7 +59,10 @@ __all__ = [
     "KVHandle",
     "Message",
     "ModelPreparationError",
+    "ReleaseCause",
     "RequestRefused",
+    "Retain",
+    "RetentionStats",
     "Sampling",
     "SchedulerSnapshot",
     "ScriptedEngine",

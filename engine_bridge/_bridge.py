@@ -23,6 +23,7 @@ import attrs
 
 from ._errors import EngineDied, RequestRefused, UnknownAdapter
 from ._handle import AdapterRef, KVHandle
+from ._retention import Retain, RetentionStats
 from ._types import EngineStats, FinishReason, GenerationResult, Sampling, Timings, TokenDelta
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ class EngineRequest:
     prompt: KVHandle
     sampling: Sampling
     priority: int = 0
+    #: keep the request's blocks resident after it finishes (``None``: ordinary LRU cache)
+    retain: Retain | None = None
 
 
 @attrs.frozen
@@ -76,6 +79,8 @@ class _Counters:
     cached_tokens: int = 0
     completion_tokens: int = 0
     cache_misses: int = 0
+    recomputed_tokens: int = 0
+    retained_hit_tokens: int = 0
 
 
 class Generation:
@@ -198,6 +203,8 @@ class EngineBridge(abc.ABC):
         self._id_prefix = f"{model}-{id(self):x}"
         self._live: dict[str, Generation] = {}
         self._counters = _Counters()
+        # retention key -> the handle whose blocks were retained (this epoch)
+        self._retained: dict[str, KVHandle] = {}
         # resident handle key -> how many of its tokens the engine computed (cached)
         self._resident: OrderedDict[tuple[object, ...], int] = OrderedDict()
         self._adapters: dict[str, AdapterRef] = {}
@@ -305,6 +312,7 @@ class EngineBridge(abc.ABC):
         adapter: str | AdapterRef | None = None,
         priority: int = 0,
         request_id: str | None = None,
+        retain: Retain | None = None,
     ) -> Generation:
         """Start one generation; use as ``async with bridge.stream(...) as gen``.
 
@@ -314,6 +322,8 @@ class EngineBridge(abc.ABC):
             adapter: run under this registered LoRA adapter.
             priority: engine priority; lower runs first (vLLM convention), 0 is normal.
             request_id: an id of your own (unique among live requests).
+            retain: keep the result's KV blocks resident under ``retain.key`` until
+                ``release``d (on a bridge without retention: ordinary LRU cache).
         """
         if adapter is not None:
             prompt = prompt.with_adapter(self.resolve_adapter(adapter))
@@ -323,7 +333,9 @@ class EngineBridge(abc.ABC):
         rid = request_id or f"{self._id_prefix}-{next(self._ids)}"
         if rid in self._live:
             raise RequestRefused("request_id", f"{rid!r} is already running")
-        return Generation(self, EngineRequest(rid, prompt, sampling, priority))
+        if retain is not None and not self.retention_enabled:
+            retain = None  # documented: a hint this bridge serves from its LRU cache
+        return Generation(self, EngineRequest(rid, prompt, sampling, priority, retain))
 
     async def generate(
         self,
@@ -334,10 +346,16 @@ class EngineBridge(abc.ABC):
         priority: int = 0,
         request_id: str | None = None,
         on_delta: Callable[[TokenDelta], Awaitable[None] | None] | None = None,
+        retain: Retain | None = None,
     ) -> GenerationResult:
         """Run one generation to the end and return its result (deltas to ``on_delta``)."""
         async with self.stream(
-            prompt, sampling, adapter=adapter, priority=priority, request_id=request_id
+            prompt,
+            sampling,
+            adapter=adapter,
+            priority=priority,
+            request_id=request_id,
+            retain=retain,
         ) as gen:
             async for delta in gen:
                 if on_delta is not None:
@@ -368,6 +386,40 @@ class EngineBridge(abc.ABC):
         """Ids of the requests this bridge started that have not finished."""
         return frozenset(self._live)
 
+    # -- retention -------------------------------------------------------------------------
+    @property
+    def retention_enabled(self) -> bool:
+        """Whether ``retain=`` keeps blocks resident here (see ``Retain``)."""
+        return False
+
+    async def release(self, *keys: str, prefix: str | None = None) -> int:
+        """End retentions by key (and every key starting with ``prefix``); returns how many.
+
+        The released blocks become ordinary LRU cache: still hits until evicted.
+        """
+        for key in [
+            *keys,
+            *(k for k in self._retained if prefix is not None and k.startswith(prefix)),
+        ]:
+            self._retained.pop(key, None)
+        if not self.retention_enabled or (not keys and prefix is None):
+            return 0
+        return await self._release_engine(list(keys), prefix)
+
+    async def retention_stats(self) -> RetentionStats:
+        """The engine's retention accounting (entries, blocks held, releases by cause)."""
+        if not self.retention_enabled:
+            return RetentionStats()
+        return await self._retention_stats()
+
+    async def _release_engine(self, keys: list[str], prefix: str | None) -> int:
+        """End retentions in the engine (engines with retention override it)."""
+        return 0
+
+    async def _retention_stats(self) -> RetentionStats:
+        """The engine's retention statistics (engines with retention override it)."""
+        return RetentionStats()
+
     def stats(self) -> EngineStats:
         snap = self._scheduler_snapshot()
         c = self._counters
@@ -391,6 +443,8 @@ class EngineBridge(abc.ABC):
             cached_tokens=c.cached_tokens,
             completion_tokens=c.completion_tokens,
             cache_misses=c.cache_misses,
+            recomputed_tokens=c.recomputed_tokens,
+            retained_hit_tokens=c.retained_hit_tokens,
         )
 
     async def wait_idle(self, timeout: float = 5.0) -> bool:
@@ -428,6 +482,28 @@ class EngineBridge(abc.ABC):
                 # resident before a restart, not since: this use recomputes it
                 return min(len(node) // block * block, limit), True
         return 0, False
+
+    def _retained_prefix(self, prompt: KVHandle) -> int:
+        """Tokens of ``prompt`` (whole blocks, last token excluded) covered by a retained handle."""
+        block = self.block_size
+        limit = (len(prompt) - 1) // block * block
+        best = 0
+        ids = prompt.token_ids
+        for handle in self._retained.values():
+            if handle.adapter != prompt.adapter:
+                continue
+            held = handle.token_ids
+            n, common = min(len(ids), len(held)), 0
+            while common < n and ids[common] == held[common]:
+                common += 1
+            best = max(best, common)
+        return min(best // block * block, limit)
+
+    def _new_epoch(self) -> None:
+        """The engine restarted: a new epoch, an empty cache, no retention."""
+        self.epoch += 1
+        self.restarts += 1
+        self._retained.clear()
 
     # -- engine hooks ------------------------------------------------------------------
     @abc.abstractmethod
@@ -480,6 +556,16 @@ class EngineBridge(abc.ABC):
         c.completion_tokens += len(out)
         if miss:
             c.cache_misses += 1
+            c.recomputed_tokens += max(0, expected - cached)
+        if self._retained and cached:
+            c.retained_hit_tokens += min(cached, self._retained_prefix(prompt))
+        if request.retain is not None:
+            if reason in ("stop", "length"):
+                self._retained[request.retain.key] = attrs.evolve(
+                    prompt.extend(out), epoch=self.epoch
+                )
+            else:
+                self._retained.pop(request.retain.key, None)
         handle = attrs.evolve(prompt.extend(out), epoch=self.epoch)
         if reason in ("stop", "length"):
             self._remember_resident(attrs.evolve(prompt, epoch=self.epoch))

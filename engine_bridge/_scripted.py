@@ -50,6 +50,7 @@ from ._bridge import EngineBridge, EngineRequest, EngineStep, SchedulerSnapshot
 from ._chat import ChatComposer, ChatTemplate
 from ._errors import EngineDied, EngineUnavailable, RequestRefused
 from ._handle import AdapterRef, KVHandle
+from ._retention import RetentionStats, RetentionTable
 from ._tokenizer import IM_END, ToyTokenizer
 from ._types import FinishReason, Sampling
 
@@ -83,6 +84,7 @@ class _Request:
     pending: list[int] = attrs.Factory(list)  # hashes this request is prefilling
     cache_full: bool = False
     cached: int | None = None
+    finished: bool = False  # ran to stop/length (only such requests are retained)
     scope: anyio.CancelScope | None = None
     aborted: bool = False
     died: tuple[BaseException | str, int] | None = None
@@ -108,6 +110,9 @@ class ScriptedEngine(EngineBridge):
         prefill_time_per_token: virtual seconds per computed prompt token.
         decode_time_per_token: virtual seconds per generated token.
         reply_words: (min, max) words of a seeded reply.
+        retention_budget: the fraction of ``num_blocks`` that ``retain=`` may hold
+            (0 disables retention), with vLLM's rules (see ``Retain``).
+        retention_ttl: seconds a retention lives unless it names its own ttl.
     """
 
     def __init__(
@@ -122,6 +127,8 @@ class ScriptedEngine(EngineBridge):
         prefill_time_per_token: float = 0.0,
         decode_time_per_token: float = 0.0,
         reply_words: tuple[int, int] = (4, 24),
+        retention_budget: float = 0.5,
+        retention_ttl: float | None = None,
     ) -> None:
         super().__init__(model, block_size=block_size)
         if block_size < 1 or num_blocks < 1 or max_num_seqs < 1:
@@ -133,6 +140,10 @@ class ScriptedEngine(EngineBridge):
         self.prefill_time_per_token = prefill_time_per_token
         self.decode_time_per_token = decode_time_per_token
         self.reply_words = reply_words
+        if not 0.0 <= retention_budget <= 1.0:
+            raise ValueError(f"retention_budget must be in [0, 1], got {retention_budget}")
+        self.retention_budget = retention_budget
+        self.retention_ttl = retention_ttl
         self.tokenizer = ToyTokenizer(words=[f" {w}" for w in WORDS] + [*WORDS, "."])
         self.eot_token_id = self.tokenizer.token_id(IM_END)
         self.chat = ChatComposer(ChatTemplate.chatml(self.tokenize, self.eot_token_id), self)
@@ -171,8 +182,7 @@ class ScriptedEngine(EngineBridge):
                 st.died = (cause, old)
                 if st.scope is not None:
                     st.scope.cancel()
-        self.epoch += 1
-        self.restarts += 1
+        self._new_epoch()
         self._reset_pool()
 
     def fail_next(self, cause: BaseException | str = "scripted failure") -> None:
@@ -243,6 +253,7 @@ class ScriptedEngine(EngineBridge):
                     if k:
                         await self._decode(st, n + k - 1, request.prompt.token_ids + ids[:k])
                     last = k == len(ids) - 1
+                    st.finished = last  # the consumer may stop reading at the final step
                     yield EngineStep(
                         (tok,),
                         # like vLLM (skip_special_tokens): the end-of-turn token has no text
@@ -265,6 +276,20 @@ class ScriptedEngine(EngineBridge):
         if st.scope is not None:
             st.scope.cancel()
         self._retire(st)
+
+    @property
+    def retention_enabled(self) -> bool:
+        return self.retention_budget > 0
+
+    async def _release_engine(self, keys: list[str], prefix: str | None) -> int:
+        return self._retention.release(keys, prefix=prefix)
+
+    async def _retention_stats(self) -> RetentionStats:
+        return self._retention.stats()
+
+    def retained_blocks(self) -> int:
+        """Distinct blocks retentions hold now (a test's view of the pool)."""
+        return self._retention.held_blocks
 
     def _scheduler_snapshot(self) -> SchedulerSnapshot:
         current = [st for st in self._requests.values() if st.epoch == self.epoch]
@@ -296,8 +321,11 @@ class ScriptedEngine(EngineBridge):
             running = sum(
                 s.state == "running" and s.epoch == self.epoch for s in self._requests.values()
             )
-            if running < self.max_num_seqs and self._empty + len(self._lru) - in_lru >= need:
+            fits = self._empty + len(self._lru) - in_lru >= need
+            if running < self.max_num_seqs and fits:
                 break
+            if not fits and self._make_room(hashes[:hits], need):
+                continue  # retentions were released to admit it (they never make it wait)
             await self._pause(st, event=self._pool_event())
         st.state = "running"
         for h in hashes[:hits]:
@@ -416,6 +444,13 @@ class ScriptedEngine(EngineBridge):
         self._pending: dict[int, anyio.Event] = {}
         self._queries = 0
         self._hits = 0
+        if not hasattr(self, "_retention"):
+            self._retention: RetentionTable[int] = RetentionTable(
+                budget=int(self.num_blocks * self.retention_budget),
+                free=self._give_back,
+                default_ttl=self.retention_ttl,
+            )
+        self._retention.clear("restart", free=False)  # the old pool is gone with them
         self._notify()
 
     def _hashes(self, tokens: Sequence[int], adapter: AdapterRef | None, count: int) -> list[int]:
@@ -426,6 +461,29 @@ class ScriptedEngine(EngineBridge):
             parent = _block_hash(parent, tuple(tokens[i * bs : (i + 1) * bs]), adapter)
             out.append(parent)
         return out
+
+    def _make_room(self, hits: Sequence[int], need: int) -> bool:
+        """Release retentions (expired first, then by policy) until ``need`` blocks fit."""
+        table = self._retention
+        if not len(table):
+            return False
+        ended = table.expire(anyio.current_time())
+        ended += table.make_room(lambda: self._fits(hits, need))
+        return ended > 0
+
+    def _fits(self, hits: Sequence[int], need: int) -> bool:
+        in_lru = sum(self._refs.get(h) == 0 for h in hits)
+        return self._empty + len(self._lru) - in_lru >= need
+
+    def _give_back(self, blocks: Sequence[int]) -> None:
+        """A retention ended: its references go (blocks at zero become LRU cache)."""
+        for h in blocks:
+            if h not in self._refs:
+                continue  # the pool was reset under it
+            self._refs[h] -= 1
+            if self._refs[h] == 0:
+                self._lru[h] = None
+        self._notify()
 
     def _ref(self, h: int) -> None:
         if self._refs[h] == 0:
@@ -462,6 +520,14 @@ class ScriptedEngine(EngineBridge):
         if st.epoch != self.epoch:
             return
         self._resolve_pending(st)
+        retain = st.request.retain
+        if retain is not None and st.finished and not st.aborted:
+            lead = 0
+            while lead < len(st.blocks) and st.blocks[lead] is not None:
+                lead += 1
+            kept = [h for h in st.blocks[:lead] if h is not None]
+            del st.blocks[:lead]  # the retention now holds these references
+            self._retention.retain(retain, kept, anyio.current_time())
         for h in reversed(st.blocks):
             if h is None:
                 self._empty += 1

@@ -154,6 +154,10 @@ class EngineStats:
     cached_tokens: int
     completion_tokens: int
     cache_misses: int
+    #: prompt tokens recomputed because blocks expected resident were evicted
+    recomputed_tokens: int = 0
+    #: cached prompt tokens served from a retained handle's blocks
+    retained_hit_tokens: int = 0
 
     @property
     def computed_prompt_tokens(self) -> int:

@@ -29,6 +29,7 @@ from ._bridge import EngineBridge, EngineRequest, EngineStep, SchedulerSnapshot
 from ._errors import EngineBridgeError, EngineDied, EngineUnavailable, RequestRefused
 from ._handle import AdapterRef, KVHandle
 from ._models import DEFAULT_MODEL_NAME, resolve_model
+from ._retention import RetentionStats
 from ._types import Sampling
 
 if TYPE_CHECKING:
@@ -70,6 +71,11 @@ class VLLMBridge(EngineBridge):
             where a seeded request whose prefill is chunked kills the engine
             (``CPU Generator does not use offset``): ``"refuse"`` (default,
             ``RequestRefused("seed")``) or ``"ignore"`` (serve it unseeded).
+        retention: the fraction of the KV cache that ``retain=`` may hold resident
+            (default 0.5; 0 or None: no retention, vLLM's own scheduler). It loads
+            our scheduler class into the EngineCore (``scheduler_cls``).
+        retention_ttl: seconds a retention lives unless its ``Retain`` says
+            otherwise (default 600; None: until released).
         home: cache root for the default model (default ``$MICROAGENT_HOME``).
         progress: show a progress bar while preparing the default model.
     """
@@ -92,6 +98,8 @@ class VLLMBridge(EngineBridge):
         max_restarts: int = 3,
         restart_backoff: float = 1.0,
         cpu_seed: Literal["refuse", "ignore"] = "refuse",
+        retention: float | None = 0.5,
+        retention_ttl: float | None = 600.0,
         home: Path | None = None,
         progress: bool = True,
     ) -> None:
@@ -114,6 +122,12 @@ class VLLMBridge(EngineBridge):
         self.max_restarts = max_restarts
         self.restart_backoff = restart_backoff
         self.cpu_seed = cpu_seed
+        if retention is not None and not 0.0 <= retention <= 1.0:
+            raise ValueError(f"retention must be a fraction in [0, 1], got {retention}")
+        if retention_ttl is not None and not retention_ttl > 0:
+            raise ValueError(f"retention_ttl must be > 0 seconds, got {retention_ttl}")
+        self.retention = retention or 0.0
+        self.retention_ttl = retention_ttl
         self._home = home
         self._progress = progress
         self.model_path: Path | str | None = None
@@ -188,8 +202,30 @@ class VLLMBridge(EngineBridge):
             )
         if self._is_cpu:
             args.update(dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.5)
-        args.update(self.extra_engine_args)
+        if self.retention_enabled:
+            args.update(compat.retention_engine_args(self.retention, self.retention_ttl))
+        for key, value in self.extra_engine_args.items():
+            if key == "additional_config" and isinstance(args.get(key), dict):
+                value = {**args[key], **dict(value)}
+            args[key] = value
         return args
+
+    # -- retention -----------------------------------------------------------------------
+    @property
+    def retention_enabled(self) -> bool:
+        return self.retention > 0
+
+    async def _release_engine(self, keys: list[str], prefix: str | None) -> int:
+        engine = self._engine
+        if engine is None or compat.engine_errored(engine):
+            return 0
+        return int(await compat.release_retentions(engine, keys, prefix))
+
+    async def _retention_stats(self) -> RetentionStats:
+        engine = self._engine
+        if engine is None or compat.engine_errored(engine):
+            return RetentionStats(enabled=True)
+        return RetentionStats(**await compat.retention_stats(engine))
 
     async def _start_engine(self) -> None:
         if self._is_cpu:
@@ -260,8 +296,7 @@ class VLLMBridge(EngineBridge):
                 errors.append(exc)
                 log.warning("engine restart attempt %d failed: %r", attempt + 1, exc)
                 continue
-            self.epoch += 1
-            self.restarts += 1
+            self._new_epoch()
             self._restart_task = None
             return
         self._unavailable = EngineUnavailable(
@@ -356,7 +391,7 @@ class VLLMBridge(EngineBridge):
             kwargs["data_parallel_rank"] = self.data_parallel_rank
         stream = engine.generate(
             compat.tokens_prompt(request.prompt.token_ids),
-            compat.sampling_params(sampling, seed=seed),
+            compat.sampling_params(sampling, seed=seed, retain=request.retain),
             request.request_id,
             **kwargs,
         )

@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from ._retention import Retain
 from ._types import FinishReason, Sampling
 
 # -- environment -------------------------------------------------------------------------
@@ -132,8 +133,10 @@ def tokens_prompt(token_ids: Sequence[int]) -> Any:
         return TokensPrompt(prompt_token_ids=list(token_ids))
 
 
-def sampling_params(sampling: Sampling, *, seed: int | None = None) -> Any:
-    """vLLM ``SamplingParams`` for ``sampling`` with DELTA streaming output."""
+def sampling_params(
+    sampling: Sampling, *, seed: int | None = None, retain: Retain | None = None
+) -> Any:
+    """vLLM ``SamplingParams`` for ``sampling``: DELTA streaming output, and a ``Retain`` mark."""
     from vllm.sampling_params import RequestOutputKind, SamplingParams
 
     kwargs: dict[str, Any] = {
@@ -155,7 +158,35 @@ def sampling_params(sampling: Sampling, *, seed: int | None = None) -> Any:
             kwargs["structured_outputs"] = StructuredOutputsParams(choice=list(sampling.choices))
         else:
             kwargs["structured_outputs"] = StructuredOutputsParams(regex=sampling.regex)
+    if retain is not None:
+        from ._vllm_retention import EXTRA_ARGS_KEY
+
+        kwargs["extra_args"] = {EXTRA_ARGS_KEY: retain.to_wire()}
     return SamplingParams(**kwargs)
+
+
+def retention_engine_args(budget: float, ttl: float | None) -> dict[str, Any]:
+    """Engine arguments that load the retaining scheduler with these settings."""
+    from ._vllm_retention import CONFIG_KEY, RetainingScheduler
+
+    return {
+        "scheduler_cls": RetainingScheduler,
+        "additional_config": {CONFIG_KEY: {"budget": budget, "ttl": ttl}},
+    }
+
+
+async def release_retentions(engine: Any, keys: list[str], prefix: str | None) -> Any:
+    """End retentions in the EngineCore (a utility call between engine steps)."""
+    from ._vllm_retention import RELEASE_UTILITY
+
+    return await engine.engine_core.call_utility_async(RELEASE_UTILITY, keys, prefix)
+
+
+async def retention_stats(engine: Any) -> Any:
+    """The EngineCore's retention statistics (a dict of ``RetentionStats`` fields)."""
+    from ._vllm_retention import STATS_UTILITY
+
+    return await engine.engine_core.call_utility_async(STATS_UTILITY)
 
 
 def lora_request(name: str, int_id: int, path: str) -> Any:

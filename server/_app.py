@@ -9,6 +9,7 @@ server validates with ``prepare_collaboration`` and runs ``collaborate``.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -164,8 +165,12 @@ def create_app(
     async def metrics() -> PlainTextResponse:
         state.metrics.collaborations_running = state.collaborations
         state.metrics.requests_running = state.requests
+        retention = {}
+        for name, bridge in state.engines.items():
+            with contextlib.suppress(Exception):  # a restarting engine reports nothing
+                retention[name] = await bridge.retention_stats()
         return PlainTextResponse(
-            state.metrics.render(state.engines), media_type="text/plain; version=0.0.4"
+            state.metrics.render(state.engines, retention), media_type="text/plain; version=0.0.4"
         )
 
     @app.post("/v1/chat/completions", response_model=None)

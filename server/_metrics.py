@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from ..engine_bridge import EngineBridge
+from ..engine_bridge import EngineBridge, RetentionStats
 
 _Labels = tuple[tuple[str, str], ...]
 
@@ -91,8 +91,16 @@ class ServerMetrics:
         self.inc("microagent_completion_tokens_total", completion)
         self.inc("microagent_saved_completion_tokens_total", saved)
 
-    def render(self, engines: Mapping[str, EngineBridge]) -> str:
-        """The Prometheus text exposition of every counter and gauge."""
+    def render(
+        self,
+        engines: Mapping[str, EngineBridge],
+        retention: Mapping[str, RetentionStats] | None = None,
+    ) -> str:
+        """The Prometheus text exposition of every counter and gauge.
+
+        ``retention`` holds each engine's retention stats (read from the engine
+        process by the caller: ``await bridge.retention_stats()``).
+        """
         lines: list[str] = []
         for family in self._families.values():
             lines.append(f"# HELP {family.name} {family.help}")
@@ -150,7 +158,57 @@ class ServerMetrics:
             lines.append(
                 f'microagent_engine_kv_cache_usage{{model="{_escape(name)}"}} {_number(usage)}'
             )
+        lines += self._retention_lines(engines, retention or {})
         return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _retention_lines(
+        engines: Mapping[str, EngineBridge], retention: Mapping[str, RetentionStats]
+    ) -> list[str]:
+        families: dict[str, tuple[str, str, list[str]]] = {
+            "microagent_engine_retained_blocks": ("gauge", "KV blocks held by retentions.", []),
+            "microagent_engine_retentions": ("gauge", "Live retentions.", []),
+            "microagent_engine_retention_releases_total": (
+                "counter",
+                "Retentions ended, by cause.",
+                [],
+            ),
+            "microagent_engine_retained_hit_tokens_total": (
+                "counter",
+                "Cached prompt tokens served from retained handles.",
+                [],
+            ),
+            "microagent_engine_recomputed_tokens_total": (
+                "counter",
+                "Prompt tokens recomputed after their blocks were evicted.",
+                [],
+            ),
+        }
+        for name, bridge in engines.items():
+            model = f'model="{_escape(name)}"'
+            stats = bridge.stats()
+            for family, value in (
+                ("microagent_engine_retained_hit_tokens_total", stats.retained_hit_tokens),
+                ("microagent_engine_recomputed_tokens_total", stats.recomputed_tokens),
+            ):
+                families[family][2].append(f"{family}{{{model}}} {value}")
+            kept = retention.get(name)
+            if kept is None:
+                continue
+            families["microagent_engine_retained_blocks"][2].append(
+                f"microagent_engine_retained_blocks{{{model}}} {kept.retained_blocks}"
+            )
+            families["microagent_engine_retentions"][2].append(
+                f"microagent_engine_retentions{{{model}}} {kept.entries}"
+            )
+            for cause, count in sorted(kept.released.items()):
+                families["microagent_engine_retention_releases_total"][2].append(
+                    f'microagent_engine_retention_releases_total{{{model},cause="{cause}"}} {count}'
+                )
+        lines: list[str] = []
+        for family, (kind, text, values) in families.items():
+            lines += [f"# HELP {family} {text}", f"# TYPE {family} {kind}", *values]
+        return lines
 
 
 _UNLABELLED = {

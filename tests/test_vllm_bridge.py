@@ -12,12 +12,12 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
 import pytest
-from _engine import RealEngine
+from _engine import RealEngine, _context, _fork
 from microagent.engine_bridge import (
     EngineDied,
     EngineStats,
@@ -31,69 +31,6 @@ from microagent.engine_bridge._vllm import VLLMBridge
 
 BLOCK = 128
 GREEDY = Sampling(max_tokens=8, temperature=0.0)
-
-_WORDS = [
-    "river",
-    "mountain",
-    "lantern",
-    "harbor",
-    "copper",
-    "meadow",
-    "orbit",
-    "signal",
-    "velvet",
-    "anchor",
-    "canyon",
-    "ember",
-    "falcon",
-    "glacier",
-    "horizon",
-    "island",
-    "jasmine",
-    "kernel",
-    "lattice",
-    "marble",
-    "nectar",
-    "obsidian",
-    "prism",
-    "quartz",
-    "ripple",
-    "saffron",
-    "timber",
-    "umbra",
-    "vertex",
-    "willow",
-]
-
-
-def _document(nonce: str, n_words: int) -> str:
-    words = [_WORDS[(i * 7 + len(nonce)) % len(_WORDS)] for i in range(n_words)]
-    return f"Case {nonce}. " + " ".join(words) + "."
-
-
-def _context(
-    bridge: VLLMBridge, min_tokens: int, accept: Callable[[KVHandle], bool] = lambda _: True
-) -> KVHandle:
-    """A chat context of at least ``min_tokens`` tokens, unique to this call.
-
-    ``accept`` can ask for more: the document grows a word at a time until it holds.
-    """
-    nonce = uuid.uuid4().hex
-    n = min_tokens // 2
-    while True:
-        ctx = bridge.chat.context(
-            [
-                {"role": "system", "content": "You are a careful analyst."},
-                {"role": "user", "content": "Read this log:\n" + _document(nonce, n)},
-            ]
-        )
-        if len(ctx) >= min_tokens and accept(ctx):
-            return ctx
-        n += 1 if len(ctx) >= min_tokens else max(1, (min_tokens - len(ctx)) // 2)
-
-
-def _fork(bridge: VLLMBridge, base: KVHandle, question: str) -> KVHandle:
-    return bridge.chat.generation_prompt(bridge.chat.append(base, "user", question))
 
 
 def _delta(before: EngineStats, after: EngineStats) -> dict[str, int]:

@@ -71,6 +71,7 @@ class Aggregate(CollaborationOp[ModeConfig]):
                 ctx.sampling(aggregator_spec, temperature=0.0),
                 label="aggregate",
                 priority=-1,
+                keep=False,
             ),
         )
         if done.result is None:

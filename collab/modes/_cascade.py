@@ -100,7 +100,9 @@ class Cascade(CollaborationOp[CascadeConfig]):
         instructions = "\n" + (verifier_spec.instructions or VERIFY_PROMPT)
         prompt = ctx.prompt(verifier_spec, parts=parts, instructions=instructions)
         sampling = ctx.sampling(verifier_spec, temperature=0.0)
-        done = await ctx.turn(verifier, Turn(prompt, sampling, label="verify", priority=-1))
+        done = await ctx.turn(
+            verifier, Turn(prompt, sampling, label="verify", priority=-1, keep=False)
+        )
         if done.result is None:
             raise ctx.failure("the verifier produced nothing")
         text = done.content

@@ -139,7 +139,13 @@ class Vote(CollaborationOp[VoteConfig]):
         prompt = ctx.prompt(spec, base=base, parts=parts, instructions=instructions)
         done = await ctx.turn(
             aggregator,
-            Turn(prompt, ctx.sampling(spec, temperature=0.0), label="aggregate", priority=-2),
+            Turn(
+                prompt,
+                ctx.sampling(spec, temperature=0.0),
+                label="aggregate",
+                priority=-2,
+                keep=False,
+            ),
         )
         return done.content or winner
 
@@ -157,6 +163,7 @@ class Vote(CollaborationOp[VoteConfig]):
                     prompt,
                     ctx.sampling(spec, max_tokens=config.answer_tokens, constrained=True),
                     label="answer",
+                    keep=False,
                 ),
             )
             return (
@@ -187,6 +194,7 @@ class Vote(CollaborationOp[VoteConfig]):
                 ctx.sampling(spec, max_tokens=config.answer_tokens, constrained=True),
                 label="answer",
                 priority=-1,
+                keep=False,  # its reasoning stays retained: the aggregator continues it
             ),
         )
         if second.result is None or second.result.finish_reason == "abort":

@@ -1,0 +1,149 @@
+"""The vLLM side of KV retention: a Scheduler subclass that runs inside the EngineCore process.
+
+vLLM 0.32 has no pin API for attention blocks. What it has (read from the
+installed source, and checked by the real-engine tests):
+
+* ``scheduler_cls`` loads our ``Scheduler`` subclass in the EngineCore process;
+  ``additional_config["microagent_retention"]`` carries our settings there.
+* At a request's finish, ``kv_cache_manager.pop_blocks_for_free(request)``
+  returns its blocks *without* freeing them: they keep ``ref_cnt > 0`` (never
+  in the free queue, never evicted) and their hashes stay in the prefix-cache
+  map (later requests hit them). ``block_pool.free_blocks`` gives them back.
+* ``SamplingParams.extra_args`` reaches the scheduler with the request: the
+  ``Retain`` mark travels there.
+* ``EngineCore`` utility methods (``call_utility_async``) run on the engine
+  thread between steps: release and statistics travel that way.
+
+Every vLLM-internal name of the retention lives in this module. Only requests
+that finish normally (stop, length) are retained; aborted ones free as usual.
+Before each ``schedule()``, expired entries end, and when the head of the
+waiting queue cannot be allocated, entries are released (the table's policy)
+until it can: a retention never makes a request wait.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from vllm.v1.core.kv_cache_utils import get_block_hash
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.engine.core import EngineCore
+from vllm.v1.request import Request, RequestStatus
+
+from ._retention import Retain, RetentionTable
+
+#: ``SamplingParams.extra_args`` key of a request's ``Retain`` mark.
+EXTRA_ARGS_KEY = "microagent_retain"
+#: ``additional_config`` key of the settings: ``{"budget": fraction, "ttl": seconds | None}``.
+CONFIG_KEY = "microagent_retention"
+#: Names of the utility methods the bridge calls on the EngineCore.
+RELEASE_UTILITY = "microagent_release"
+STATS_UTILITY = "microagent_retention_stats"
+
+_RETAINED_STATUSES = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
+
+
+class RetainingScheduler(Scheduler):
+    """vLLM's scheduler, plus retention of marked requests' blocks under a key."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        extra = self.vllm_config.additional_config
+        settings = extra.get(CONFIG_KEY, {}) if isinstance(extra, dict) else {}
+        fraction = float(settings.get("budget", 0.5))
+        ttl = settings.get("ttl")
+        pool = self.kv_cache_manager.block_pool
+        # entries hold block ids: a retained block (ref_cnt > 0) is never reassigned
+        self.retention: RetentionTable[int] = RetentionTable(
+            budget=int(pool.num_gpu_blocks * fraction),
+            free=self._give_back,
+            default_ttl=float(ttl) if ttl is not None else None,
+        )
+
+    def _give_back(self, block_ids: Sequence[int]) -> None:
+        pool = self.kv_cache_manager.block_pool
+        pool.free_blocks([pool.blocks[i] for i in block_ids])
+
+    # -- finishing: retain instead of free -------------------------------------------------
+    def _free_request_blocks(self, request: Request) -> None:
+        retain = _retain_of(request)
+        if (
+            retain is None
+            or request.status not in _RETAINED_STATUSES
+            or not self._request_blocks_can_be_freed(request)
+        ):
+            super()._free_request_blocks(request)
+            return
+        blocks = self.kv_cache_manager.pop_blocks_for_free(request)
+        full = 0
+        while full < len(blocks) and blocks[full].block_hash is not None:
+            full += 1
+        # the partial tail is never a cache hit: it goes back at once
+        self.kv_cache_manager.block_pool.free_blocks(blocks[full:][::-1])
+        self.retention.retain(retain, [b.block_id for b in blocks[:full]], time.monotonic())
+
+    # -- admission: a retention never makes a request wait --------------------------------
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        table = self.retention
+        if len(table):
+            table.expire(time.monotonic())
+            head = self._waiting_head()
+            if head is not None:
+                need = self._blocks_needed(head)
+                pool = self.kv_cache_manager.block_pool
+                table.make_room(lambda: pool.get_num_free_blocks() >= need)
+        return super().schedule(*args, **kwargs)
+
+    def _waiting_head(self) -> Request | None:
+        for queue in (self.kv_holding_waiting, self.waiting):
+            if queue:
+                return queue.peek_request()
+        return None
+
+    def _blocks_needed(self, request: Request) -> int:
+        """New blocks ``request`` needs beyond the retained prefix it will hit."""
+        size = self.block_size
+        blocks = self.kv_cache_manager.block_pool.blocks
+        retained = set()
+        for key in self.retention.names():
+            for block_id in self.retention.blocks_of(key):
+                block_hash = blocks[block_id].block_hash
+                if block_hash is not None:
+                    retained.add(get_block_hash(block_hash))
+        hits = 0
+        for h in request.block_hashes:
+            if h not in retained:
+                break
+            hits += 1
+        return max(0, math.ceil(request.num_tokens / size) - hits) + 1
+
+
+def _retain_of(request: Request) -> Retain | None:
+    params = request.sampling_params
+    extra = getattr(params, "extra_args", None) if params is not None else None
+    if not isinstance(extra, dict):
+        return None
+    return Retain.from_wire(extra.get(EXTRA_ARGS_KEY))
+
+
+def _release(core: EngineCore, keys: list[str], prefix: str | None) -> int:
+    scheduler = core.scheduler
+    if not isinstance(scheduler, RetainingScheduler):
+        return 0
+    return scheduler.retention.release(keys, prefix=prefix)
+
+
+def _stats(core: EngineCore) -> dict[str, object]:
+    scheduler = core.scheduler
+    if not isinstance(scheduler, RetainingScheduler):
+        return {}
+    return scheduler.retention.stats().to_dict()
+
+
+# The utility methods travel by name (``getattr(EngineCore, name)`` in the core process);
+# importing this module there (to load the scheduler class) installs them.
+setattr(EngineCore, RELEASE_UTILITY, _release)
+setattr(EngineCore, STATS_UTILITY, _stats)

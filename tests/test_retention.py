@@ -1,0 +1,207 @@
+"""Retention rules: ``RetentionTable`` against a reference model, and the ScriptedEngine using it.
+
+Properties: the budget is never exceeded; every reference the table takes is
+given back exactly once; a released entry's blocks are evictable; a retained
+block never is; admission never waits for a retention (no deadlock).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from microagent.engine_bridge import KVHandle, Retain, Sampling
+from microagent.engine_bridge._retention import RELEASE_CAUSES, RetentionTable
+from microagent.testing import ScriptedEngine, run_virtual
+
+# -- the table ------------------------------------------------------------------------------
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("retain"),
+            st.sampled_from("abcdef"),
+            st.lists(st.integers(0, 30), min_size=1, max_size=8, unique=True),
+            st.one_of(st.none(), st.floats(0.5, 5.0)),
+            st.one_of(st.none(), st.floats(0.0, 10.0)),
+        ),
+        st.tuples(st.just("release"), st.sampled_from("abcdef")),
+        st.tuples(st.just("prefix"), st.sampled_from(["", "a", "b", "z"])),
+        st.tuples(st.just("tick"), st.floats(0.0, 3.0)),
+        st.tuples(st.just("room"), st.integers(0, 20)),
+    ),
+    max_size=40,
+)
+
+
+@given(budget=st.integers(0, 20), program=ops)
+@settings(max_examples=300, deadline=None)
+def test_table_keeps_its_budget_and_gives_every_reference_back(budget: int, program: list) -> None:  # type: ignore[type-arg]
+    given_back: Counter[int] = Counter()
+    taken: Counter[int] = Counter()
+    table: RetentionTable[int] = RetentionTable(budget=budget, free=given_back.update)
+    now = 0.0
+    for op in program:
+        kind = op[0]
+        if kind == "retain":
+            _, key, blocks, ttl, next_use = op
+            taken.update(blocks)
+            live = table.retain(Retain(key, ttl=ttl, next_use=next_use), blocks, now)
+            assert live == (key in table)
+        elif kind == "release":
+            table.release([op[1]])
+            assert op[1] not in table
+        elif kind == "prefix":
+            table.release(prefix=op[1])
+            assert not [k for k in table.names() if k.startswith(op[1])]
+        elif kind == "tick":
+            now += op[1]
+            table.expire(now)
+        else:
+            table.make_room(lambda target=op[1]: table.held_blocks <= target)
+            assert table.held_blocks <= op[1] or len(table) == 0
+        # invariants after every step
+        assert table.held_blocks <= budget
+        held = Counter(b for k in table.names() for b in table.blocks_of(k))
+        assert taken == given_back + held  # each reference: held, or given back once
+        assert set(held) == {b for b in range(31) if table.holds(b)}
+    table.clear(free=True)
+    assert taken == given_back
+    stats = table.stats()
+    assert set(stats.released) == set(RELEASE_CAUSES) and stats.entries == 0
+
+
+def test_policy_releases_the_furthest_next_use_first_then_the_oldest() -> None:
+    freed: list[tuple[int, ...]] = []
+    table: RetentionTable[int] = RetentionTable(budget=100, free=lambda b: freed.append(tuple(b)))
+    table.retain(Retain("soon", next_use=1.0), [1], 0.0)
+    table.retain(Retain("later", next_use=50.0), [2], 0.0)
+    table.retain(Retain("unknown-old"), [3], 0.0)
+    table.retain(Retain("unknown-new"), [4], 1.0)
+    order = []
+    while len(table):
+        table.make_room(lambda n=len(table): len(table) < n)
+        order.append(freed[-1])
+    assert order == [(3,), (4,), (2,), (1,)]
+
+
+def test_superseding_keeps_the_shared_blocks_held() -> None:
+    freed: Counter[int] = Counter()
+    table: RetentionTable[int] = RetentionTable(budget=10, free=freed.update)
+    table.retain(Retain("thread"), [1, 2], 0.0)
+    table.retain(Retain("thread"), [1, 2, 3], 1.0)  # the thread grew by a block
+    assert table.blocks_of("thread") == (1, 2, 3)
+    assert freed == Counter({1: 1, 2: 1})  # the old entry's own references only
+    assert all(table.holds(b) for b in (1, 2, 3))
+    assert table.stats().released["superseded"] == 1
+
+
+def test_a_ttl_ends_an_entry() -> None:
+    table: RetentionTable[int] = RetentionTable(budget=10, free=lambda b: None, default_ttl=5.0)
+    table.retain(Retain("a"), [1], 0.0)
+    table.retain(Retain("b", ttl=1.0), [2], 0.0)
+    assert table.expire(2.0) == 1 and table.names() == ["a"]
+    assert table.expire(5.0) == 1 and len(table) == 0
+
+
+def test_retain_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="key"):
+        Retain("")
+    with pytest.raises(ValueError, match="ttl"):
+        Retain("a", ttl=0)
+    assert Retain.from_wire({"key": 3}) is None
+    assert Retain.from_wire(Retain("k", ttl=2.0).to_wire()) == Retain("k", ttl=2.0)
+
+
+# -- the ScriptedEngine --------------------------------------------------------------------
+
+BS = 16
+
+
+def prompt_of(engine: ScriptedEngine, tag: str, blocks: int) -> KVHandle:
+    words = " ".join(["token"] * (blocks * BS - 8))
+    return engine.chat.prompt([{"role": "user", "content": f"{tag} {words}"}])
+
+
+async def flood(engine: ScriptedEngine) -> None:
+    for i in range(8):
+        await engine.generate(prompt_of(engine, f"other{i}", 6), Sampling(max_tokens=1))
+
+
+def test_scripted_retained_handle_survives_a_flood_and_release_makes_it_evictable() -> None:
+    async def main() -> tuple[int, int, int, int]:
+        async with ScriptedEngine(num_blocks=16, block_size=BS, retention_budget=0.5) as engine:
+            kept, plain = prompt_of(engine, "kept", 4), prompt_of(engine, "plain", 4)
+            one = Sampling(max_tokens=2)
+            await engine.generate(kept, one, retain=Retain("c/kept"))
+            await engine.generate(plain, one)
+            await flood(engine)
+            kept_after = (await engine.generate(kept, one)).cached_tokens
+            plain_after = (await engine.generate(plain, one)).cached_tokens
+            await engine.release(prefix="c/")
+            await flood(engine)
+            released_after = (await engine.generate(kept, one)).cached_tokens
+            return kept_after, plain_after, released_after, (len(kept) - 1) // BS * BS
+
+    kept, plain, released, full = run_virtual(main)
+    assert kept == full and plain < full and released < full
+
+
+@given(
+    sizes=st.lists(st.integers(1, 10), min_size=1, max_size=12),
+    retain_every=st.integers(1, 3),
+    budget=st.sampled_from([0.25, 0.5, 0.75, 1.0]),
+)
+@settings(max_examples=60, deadline=None)
+def test_scripted_budget_holds_and_nothing_deadlocks(
+    sizes: list[int], retain_every: int, budget: float
+) -> None:
+    """Random prompt sizes up to most of the pool, many retained: every request finishes."""
+
+    async def main() -> list[int]:
+        held = []
+        engine = ScriptedEngine(num_blocks=12, block_size=BS, retention_budget=budget)
+        async with engine:
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    for i, size in enumerate(sizes):
+                        retain = Retain(f"k{i % 4}") if i % retain_every == 0 else None
+
+                        async def one(
+                            i: int = i, size: int = size, retain: Retain | None = retain
+                        ) -> None:
+                            await engine.generate(
+                                prompt_of(engine, f"p{i}", size),
+                                Sampling(max_tokens=3),
+                                retain=retain,
+                            )
+                            held.append(engine.retained_blocks())
+
+                        tg.start_soon(one)
+            assert engine.live_requests() == frozenset()
+            held.append(engine.retained_blocks())
+            await engine.release(prefix="k")
+            held.append(engine.retained_blocks())
+        return held
+
+    held = run_virtual(main)
+    assert all(h <= int(12 * budget) for h in held)
+    assert held[-1] == 0
+
+
+def test_scripted_restart_clears_retentions() -> None:
+    async def main() -> tuple[int, int, str]:
+        async with ScriptedEngine(num_blocks=16, block_size=BS) as engine:
+            await engine.generate(
+                prompt_of(engine, "x", 4), Sampling(max_tokens=2), retain=Retain("x")
+            )
+            before = engine.retained_blocks()
+            engine.kill()
+            stats = await engine.retention_stats()
+            return before, engine.retained_blocks(), str(stats.released["restart"])
+
+    before, after, restarts = run_virtual(main)
+    assert before > 0 and after == 0 and restarts == "1"
