@@ -53,6 +53,8 @@ from ._run import ModeInput as ModeInput
 from ._run import PreparedCollaboration as PreparedCollaboration
 from ._run import collaborate as collaborate
 from ._run import prepare_collaboration as prepare_collaboration
+from ._scheduling import LEVEL_SPAN as LEVEL_SPAN
+from ._scheduling import ServicePolicy as ServicePolicy
 from ._shortcuts import Target as Target
 from ._shortcuts import aggregate as aggregate
 from ._shortcuts import cascade as cascade
@@ -93,6 +95,7 @@ from .trace import write_trace as write_trace
 __all__ = [
     "BUILTIN_EVENTS",
     "DEFAULT_MAX_AGENTS",
+    "LEVEL_SPAN",
     "MAX_AGENT_COUNT",
     "MAX_AGENT_TOKENS",
     "AgentFinish",
@@ -127,6 +130,7 @@ __all__ = [
     "Role",
     "RoleActor",
     "RoleDefinition",
+    "ServicePolicy",
     "Tally",
     "Target",
     "TraceRecorder",

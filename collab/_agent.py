@@ -76,6 +76,7 @@ class RoleActor(Actor):
         clock: Callable[[], float],
         delta_events: bool = True,
         retention_key: str | None = None,
+        group: str | None = None,
     ) -> None:
         super().__init__()
         self.agent = agent
@@ -87,6 +88,7 @@ class RoleActor(Actor):
         self._clock = clock
         self.current_request: str | None = None
         self.retention_key = retention_key
+        self.group = group
         self._pruned = False
 
     @property
@@ -141,6 +143,7 @@ class RoleActor(Actor):
             adapter=self.spec.adapter,
             priority=turn.priority,
             retain=retain,
+            group=self.group,
         ) as gen:
             self.current_request = gen.request_id
             try:

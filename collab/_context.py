@@ -20,6 +20,7 @@ from ._agent import Role, RoleActor, Turn, TurnDone
 from ._errors import CollaborationFailed, InvalidCollaboration
 from ._mode import C, CollaborationOp
 from ._outcome import AgentRecord, CollaborationEvent, event
+from ._scheduling import ServicePolicy
 from ._spec import AgentSpec
 from ._tally import normalize_answer
 
@@ -50,8 +51,10 @@ class CollaborationContext(Generic[C]):
         messages: tuple[Mapping[str, Any], ...],
         scope: ActorScope,
         on_event: EventCallback | None,
+        scheduling: ServicePolicy | None = None,
     ) -> None:
         self.op = op
+        self.scheduling = scheduling if scheduling is not None else ServicePolicy()
         self.mode = op.name
         self.config = config
         self.agents = agents
@@ -186,6 +189,7 @@ class CollaborationContext(Generic[C]):
             emit=self.emit,
             clock=self.now,
             retention_key=f"{self.retention_prefix}{agent}",
+            group=self.group,
         )
         # temporary: a role that fails is recorded as failed, never silently restarted
         ref = self._scope.spawn(lambda: actor, name=agent, restart=RestartKind.TEMPORARY)
@@ -238,10 +242,27 @@ class CollaborationContext(Generic[C]):
             await role.bridge.abort(request)
         await self.emit("pruned", role.agent, reason=reason)
 
+    @property
+    def group(self) -> str:
+        """This collaboration's identity, carried by every engine request it makes."""
+        return self._scope.name
+
+    def attained_service(self) -> int:
+        """Engine work this collaboration consumed so far: computed prompt + generated tokens."""
+        return sum(
+            r.prompt_tokens - r.cached_tokens + r.completion_tokens for r in self.records.values()
+        )
+
     async def turn(self, role: Role, turn: Turn) -> TurnDone:
-        """Ask ``role`` to generate ``turn``; a role that fails is recorded, then re-raised."""
+        """Ask ``role`` to generate ``turn``; a role that fails is recorded, then re-raised.
+
+        ``turn.priority`` is the step's critical-path offset; the request's engine
+        priority adds the collaboration's service level (``ServicePolicy``).
+        """
+        now = self.now()
+        priority = self.scheduling.priority(self.attained_service(), now, turn.priority)
         try:
-            return await role.turn(attrs.evolve(turn, sent_at=self.now()))
+            return await role.turn(attrs.evolve(turn, sent_at=now, priority=priority))
         except Exception as exc:
             role.record.finish_reason = "error"
             role.record.error = f"{type(exc).__name__}: {getattr(exc, 'cause', exc)}"

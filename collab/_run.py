@@ -25,6 +25,7 @@ from ._errors import CollaborationFailed, InvalidCollaboration
 from ._mode import AnyOp, CollaborationOp, ModeRegistry, ModeResult
 from ._outcome import Outcome, Usage
 from ._registry import default_registry
+from ._scheduling import ServicePolicy
 from ._spec import AgentInput, AgentSpec
 
 #: The task: one user message, chat messages, or a handle already composed.
@@ -140,6 +141,7 @@ async def collaborate(
     runtime: Runtime | None = None,
     max_agents: int = DEFAULT_MAX_AGENTS,
     registry: ModeRegistry | None = None,
+    scheduling: ServicePolicy | None = None,
     **options: object,
 ) -> Outcome:
     """Run one collaboration on ``engine`` and return its outcome.
@@ -155,6 +157,8 @@ async def collaborate(
         runtime: an actor ``Runtime`` to spawn roles in (one is made for the call if None).
         max_agents: most agents in total.
         registry: where a mode name is looked up (default: the default registry).
+        scheduling: how its requests are prioritised against other collaborations'
+            (default ``ServicePolicy()``: least attained service, critical path, aging).
         **options: the mode's config (``early_stop``, ``rounds``, ``answer``…).
 
     Cancelling the calling task cancels every role actor and aborts every
@@ -201,6 +205,7 @@ async def collaborate(
                 messages=messages,
                 scope=scope,
                 on_event=on_event,
+                scheduling=scheduling,
             )
             try:
                 result = await prepared.op.run(ctx)

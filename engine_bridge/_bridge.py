@@ -42,6 +42,8 @@ class EngineRequest:
     priority: int = 0
     #: keep the request's blocks resident after it finishes (``None``: ordinary LRU cache)
     retain: Retain | None = None
+    #: the program it belongs to (a collaboration's id): scheduling and accounting
+    group: str | None = None
 
 
 @attrs.frozen
@@ -67,6 +69,7 @@ class SchedulerSnapshot:
     prefix_cache_hits: int = 0
     kv_cache_usage: float = 0.0
     kv_cache_capacity_tokens: int = 0
+    preemptions: int = 0
 
 
 @attrs.define
@@ -313,6 +316,7 @@ class EngineBridge(abc.ABC):
         priority: int = 0,
         request_id: str | None = None,
         retain: Retain | None = None,
+        group: str | None = None,
     ) -> Generation:
         """Start one generation; use as ``async with bridge.stream(...) as gen``.
 
@@ -324,6 +328,7 @@ class EngineBridge(abc.ABC):
             request_id: an id of your own (unique among live requests).
             retain: keep the result's KV blocks resident under ``retain.key`` until
                 ``release``d (on a bridge without retention: ordinary LRU cache).
+            group: the program (collaboration) the request belongs to.
         """
         if adapter is not None:
             prompt = prompt.with_adapter(self.resolve_adapter(adapter))
@@ -335,7 +340,7 @@ class EngineBridge(abc.ABC):
             raise RequestRefused("request_id", f"{rid!r} is already running")
         if retain is not None and not self.retention_enabled:
             retain = None  # documented: a hint this bridge serves from its LRU cache
-        return Generation(self, EngineRequest(rid, prompt, sampling, priority, retain))
+        return Generation(self, EngineRequest(rid, prompt, sampling, priority, retain, group))
 
     async def generate(
         self,
@@ -443,6 +448,7 @@ class EngineBridge(abc.ABC):
             cached_tokens=c.cached_tokens,
             completion_tokens=c.completion_tokens,
             cache_misses=c.cache_misses,
+            preemptions=snap.preemptions,
             recomputed_tokens=c.recomputed_tokens,
             retained_hit_tokens=c.retained_hit_tokens,
         )

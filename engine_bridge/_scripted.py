@@ -22,7 +22,9 @@ Cache rules (those of vLLM v1's prefix cache, which these follow block for block
   arrives while another is prefilling the same prefix waits for it and counts
   those blocks as cached (vLLM shares a prefix between concurrent cold requests
   the same way). Requests wait (``scheduler_waiting``) while ``max_num_seqs``
-  are running or the pool cannot hold their prompt. The double never preempts:
+  are running or the pool cannot hold their prompt, and are admitted in
+  priority order (lower value first, then arrival: vLLM's ``priority``
+  policy); the head of the line blocks those behind it. The double never preempts:
   when concurrent requests exhaust the pool while decoding, the blocks that do
   not fit are simply not cached.
 * ``num_cached_tokens`` comes with a request's first output step.
@@ -37,6 +39,7 @@ sleeps (``prefill_time_per_token``, ``decode_time_per_token``).
 from __future__ import annotations
 
 import hashlib
+import heapq
 import itertools
 import random
 from collections import OrderedDict
@@ -77,6 +80,8 @@ def _block_hash(parent: int | None, tokens: tuple[int, ...], adapter: AdapterRef
 class _Request:
     request: EngineRequest
     epoch: int
+    seq: int = 0  # arrival order: the tie-break among equal priorities
+    turn: anyio.Event | None = None  # set when it becomes the head of the waiting line
     state: Literal["waiting", "running", "done"] = "waiting"
     blocks: list[int | None] = attrs.Factory(list)  # per block: its hash once cached, else None
     hashes: list[int] = attrs.Factory(list)  # chained hashes of the full computed blocks
@@ -152,6 +157,8 @@ class ScriptedEngine(EngineBridge):
         self._fail_next: BaseException | str | None = None
         self._requests: dict[str, _Request] = {}
         self._sampled = itertools.count()
+        self._arrivals = itertools.count()
+        self._line: list[tuple[int, int, _Request]] = []  # heap of waiting requests
         self._canned = itertools.count()
         self._pool_changed: anyio.Event | None = None
         self._reset_pool()
@@ -237,7 +244,7 @@ class ScriptedEngine(EngineBridge):
 
     # -- engine hooks ------------------------------------------------------------------
     async def _engine_steps(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
-        st = _Request(request, self.epoch)
+        st = _Request(request, self.epoch, next(self._arrivals))
         self._requests[request.request_id] = st
         self.history.append(request)
         if self._fail_next is not None:
@@ -308,8 +315,13 @@ class ScriptedEngine(EngineBridge):
         n, bs = len(prompt), self.block_size
         hashes = self._hashes(prompt.token_ids, prompt.adapter, n // bs)
         limit = (n - 1) // bs
+        heapq.heappush(self._line, (st.request.priority, st.seq, st))
         while True:
             self._interrupted(st)
+            if self._head() is not st:  # admitted in priority order: wait for its turn
+                st.turn = anyio.Event()
+                await self._pause(st, event=st.turn)
+                continue
             hits = 0
             while hits < limit and hashes[hits] in self._refs:
                 hits += 1
@@ -340,6 +352,7 @@ class ScriptedEngine(EngineBridge):
                 st.pending.append(h)
         st.hashes = hashes[:hits]
         st.cached = hits * bs
+        self._wake_head()  # the next in line may go now
         self._queries += n
         self._hits += st.cached
         st.full = hashes
@@ -452,6 +465,8 @@ class ScriptedEngine(EngineBridge):
             )
         self._retention.clear("restart", free=False)  # the old pool is gone with them
         self._notify()
+        if hasattr(self, "_line"):
+            self._wake_head()
 
     def _hashes(self, tokens: Sequence[int], adapter: AdapterRef | None, count: int) -> list[int]:
         out: list[int] = []
@@ -461,6 +476,18 @@ class ScriptedEngine(EngineBridge):
             parent = _block_hash(parent, tuple(tokens[i * bs : (i + 1) * bs]), adapter)
             out.append(parent)
         return out
+
+    def _head(self) -> _Request | None:
+        """The head of the waiting line: lowest priority value, then earliest arrival."""
+        line = self._line
+        while line and (line[0][2].state != "waiting" or line[0][2].epoch != self.epoch):
+            heapq.heappop(line)
+        return line[0][2] if line else None
+
+    def _wake_head(self) -> None:
+        head = self._head()
+        if head is not None and head.turn is not None:
+            head.turn.set()
 
     def _make_room(self, hits: Sequence[int], need: int) -> bool:
         """Release retentions (expired first, then by policy) until ``need`` blocks fit."""
@@ -517,6 +544,7 @@ class ScriptedEngine(EngineBridge):
         if st.state == "done":
             return
         st.state = "done"
+        self._wake_head()  # it may have headed the line
         if st.epoch != self.epoch:
             return
         self._resolve_pending(st)

@@ -154,6 +154,8 @@ class EngineStats:
     cached_tokens: int
     completion_tokens: int
     cache_misses: int
+    #: requests the scheduler preempted (and resumed): recompute churn
+    preemptions: int = 0
     #: prompt tokens recomputed because blocks expected resident were evicted
     recomputed_tokens: int = 0
     #: cached prompt tokens served from a retained handle's blocks

@@ -439,6 +439,7 @@ class VLLMBridge(EngineBridge):
             prefix_cache_hits=s.prefix_cache_hits,
             kv_cache_usage=s.kv_cache_usage,
             kv_cache_capacity_tokens=self._kv_capacity,
+            preemptions=s.preemptions,
         )
 
     # -- test and operations support ---------------------------------------------------

@@ -287,6 +287,7 @@ class StatSink:
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
     kv_cache_usage: float = 0.0
+    preemptions: int = 0
     records: int = 0
 
     def observe(self, stats: Any) -> None:
@@ -300,6 +301,8 @@ class StatSink:
         if prefix is not None:
             self.prefix_cache_queries += int(prefix.queries)
             self.prefix_cache_hits += int(prefix.hits)
+            # a preempted request is counted once, when the scheduler resumes it
+            self.preemptions += int(getattr(prefix, "preempted_requests", 0) or 0)
 
 
 def stat_logger_factory(sink: StatSink) -> Callable[..., Any]:
