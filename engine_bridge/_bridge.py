@@ -493,16 +493,14 @@ class EngineBridge(abc.ABC):
         """Tokens of ``prompt`` (whole blocks, last token excluded) covered by a retained handle."""
         block = self.block_size
         limit = (len(prompt) - 1) // block * block
-        best = 0
-        ids = prompt.token_ids
-        for handle in self._retained.values():
-            if handle.adapter != prompt.adapter:
-                continue
-            held = handle.token_ids
-            n, common = min(len(ids), len(held)), 0
-            while common < n and ids[common] == held[common]:
-                common += 1
-            best = max(best, common)
+        best = max(
+            (
+                h.common_prefix_length(prompt)
+                for h in self._retained.values()
+                if h.adapter == prompt.adapter
+            ),
+            default=0,
+        )
         return min(best // block * block, limit)
 
     def _new_epoch(self) -> None:
@@ -565,14 +563,12 @@ class EngineBridge(abc.ABC):
             c.recomputed_tokens += max(0, expected - cached)
         if self._retained and cached:
             c.retained_hit_tokens += min(cached, self._retained_prefix(prompt))
+        handle = attrs.evolve(prompt.extend(out), epoch=self.epoch)
         if request.retain is not None:
             if reason in ("stop", "length"):
-                self._retained[request.retain.key] = attrs.evolve(
-                    prompt.extend(out), epoch=self.epoch
-                )
+                self._retained[request.retain.key] = handle
             else:
                 self._retained.pop(request.retain.key, None)
-        handle = attrs.evolve(prompt.extend(out), epoch=self.epoch)
         if reason in ("stop", "length"):
             self._remember_resident(attrs.evolve(prompt, epoch=self.epoch))
             # the last sampled token is never fed back: its KV is not computed

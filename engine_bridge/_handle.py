@@ -112,6 +112,15 @@ class KVHandle:
         n = len(self.token_ids)
         return len(ids) >= n and tuple(ids[:n]) == self.token_ids
 
+    def common_prefix_length(self, other: KVHandle | Sequence[int]) -> int:
+        """How many leading tokens these tokens share with ``other``'s."""
+        ids = other.token_ids if isinstance(other, KVHandle) else tuple(other)
+        mine = self.token_ids
+        n, k = min(len(mine), len(ids)), 0
+        while k < n and mine[k] == ids[k]:
+            k += 1
+        return k
+
     def since(self, ancestor: KVHandle | None) -> tuple[int, ...]:
         """The tokens added over ``ancestor`` (all tokens when it is None).
 

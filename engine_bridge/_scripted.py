@@ -161,6 +161,11 @@ class ScriptedEngine(EngineBridge):
         self._line: list[tuple[int, int, _Request]] = []  # heap of waiting requests
         self._canned = itertools.count()
         self._pool_changed: anyio.Event | None = None
+        self._retention: RetentionTable[int] = RetentionTable(
+            budget=int(num_blocks * retention_budget),
+            free=self._give_back,
+            default_ttl=retention_ttl,
+        )
         self._reset_pool()
 
     # -- lifecycle -------------------------------------------------------------------
@@ -329,11 +334,10 @@ class ScriptedEngine(EngineBridge):
                 await self._pause(st, event=self._pending[hashes[hits]])
                 continue
             need = -(-n // bs) - hits
-            in_lru = sum(self._refs[h] == 0 for h in hashes[:hits])
             running = sum(
                 s.state == "running" and s.epoch == self.epoch for s in self._requests.values()
             )
-            fits = self._empty + len(self._lru) - in_lru >= need
+            fits = self._fits(hashes[:hits], need)
             if running < self.max_num_seqs and fits:
                 break
             if not fits and self._make_room(hashes[:hits], need):
@@ -457,16 +461,9 @@ class ScriptedEngine(EngineBridge):
         self._pending: dict[int, anyio.Event] = {}
         self._queries = 0
         self._hits = 0
-        if not hasattr(self, "_retention"):
-            self._retention: RetentionTable[int] = RetentionTable(
-                budget=int(self.num_blocks * self.retention_budget),
-                free=self._give_back,
-                default_ttl=self.retention_ttl,
-            )
         self._retention.clear("restart", free=False)  # the old pool is gone with them
         self._notify()
-        if hasattr(self, "_line"):
-            self._wake_head()
+        self._wake_head()
 
     def _hashes(self, tokens: Sequence[int], adapter: AdapterRef | None, count: int) -> list[int]:
         out: list[int] = []
@@ -499,6 +496,7 @@ class ScriptedEngine(EngineBridge):
         return ended > 0
 
     def _fits(self, hits: Sequence[int], need: int) -> bool:
+        """Whether ``need`` new blocks fit beside ``hits`` (hits idle in the LRU are not free)."""
         in_lru = sum(self._refs.get(h) == 0 for h in hits)
         return self._empty + len(self._lru) - in_lru >= need
 

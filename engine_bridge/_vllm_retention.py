@@ -91,9 +91,10 @@ class RetainingScheduler(Scheduler):
         if len(table):
             table.expire(time.monotonic())
             head = self._waiting_head()
-            if head is not None:
+            pool = self.kv_cache_manager.block_pool
+            # the cheap bound first: a head that fits without any hit needs no release
+            if head is not None and pool.get_num_free_blocks() <= self._blocks_at_most(head):
                 need = self._blocks_needed(head)
-                pool = self.kv_cache_manager.block_pool
                 table.make_room(lambda: pool.get_num_free_blocks() >= need)
         return super().schedule(*args, **kwargs)
 
@@ -103,9 +104,12 @@ class RetainingScheduler(Scheduler):
                 return queue.peek_request()
         return None
 
+    def _blocks_at_most(self, request: Request) -> int:
+        """New blocks ``request`` needs if nothing of it is cached (``_blocks_needed``'s bound)."""
+        return math.ceil(request.num_tokens / self.block_size) + 1
+
     def _blocks_needed(self, request: Request) -> int:
         """New blocks ``request`` needs beyond the retained prefix it will hit."""
-        size = self.block_size
         blocks = self.kv_cache_manager.block_pool.blocks
         retained = set()
         for key in self.retention.names():
@@ -118,7 +122,7 @@ class RetainingScheduler(Scheduler):
             if h not in retained:
                 break
             hits += 1
-        return max(0, math.ceil(request.num_tokens / size) - hits) + 1
+        return max(0, self._blocks_at_most(request) - 1 - hits) + 1
 
 
 def _retain_of(request: Request) -> Retain | None:

@@ -271,7 +271,8 @@ def _messages(body: ChatCompletionRequest) -> list[dict[str, str]]:
 _AGENT_RULES = agent_field_rules()
 
 
-def _finite(value: float | None, param: str, rule: FieldRule) -> None:
+def _check_rule(value: float | None, param: str, rule: FieldRule) -> None:
+    """A 400 naming ``param`` when ``value`` breaks the agent field ``rule`` it shares."""
     reason = rule.problem(value)
     if reason is not None:
         raise bad_request(f"{param} {reason}", param)
@@ -298,8 +299,8 @@ def _stops(body: ChatCompletionRequest) -> tuple[str, ...]:
 
 
 def _check_sampling(body: ChatCompletionRequest, limits: ServerLimits) -> None:
-    _finite(body.temperature, "temperature", _AGENT_RULES["temperature"])
-    _finite(body.top_p, "top_p", _AGENT_RULES["top_p"])
+    _check_rule(body.temperature, "temperature", _AGENT_RULES["temperature"])
+    _check_rule(body.top_p, "top_p", _AGENT_RULES["top_p"])
     if not 1 <= body.n <= limits.max_n:
         raise bad_request(f"n must be in 1..{limits.max_n}, got {body.n}", "n")
     if body.seed is not None and not -(2**63) <= body.seed < 2**63:

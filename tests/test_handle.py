@@ -226,3 +226,10 @@ async def test_chat_attribute_and_request_ids() -> None:
         assert engine.history[-1].request_id == "r1"
         assert result.prompt == prompt and result.handle.parent == prompt
         assert result.output.token_ids == result.output_ids
+
+
+def test_common_prefix_length_counts_the_shared_leading_tokens() -> None:
+    a = KVHandle((1, 2, 3, 4), model="m")
+    assert a.common_prefix_length(KVHandle((1, 2, 9), model="m")) == 2
+    assert a.common_prefix_length([1, 2, 3, 4, 5]) == 4
+    assert a.common_prefix_length(()) == 0 and a.common_prefix_length([7]) == 0

@@ -418,12 +418,6 @@ def _inputs(
 
 def _common_prefix(handles: Sequence[KVHandle]) -> tuple[int, ...]:
     """The token ids every handle starts with (what a fan-out's instances share)."""
-    first = handles[0].token_ids
-    n = len(first)
-    for h in handles[1:]:
-        ids = h.token_ids
-        k, limit = 0, min(n, len(ids))
-        while k < limit and ids[k] == first[k]:
-            k += 1
-        n = k
-    return first[:n]
+    first = handles[0]
+    n = min((first.common_prefix_length(h) for h in handles[1:]), default=len(first))
+    return first.token_ids[:n]
