@@ -67,5 +67,11 @@ def assistant(text: str) -> Message:
 
 
 def spliced(parts: list[tuple[str, str]], instructions: str) -> str:
-    """A user turn of labelled outputs then instructions, as microagent splices them."""
-    return "".join(f"{label}{clean(text)}" for label, text in parts) + instructions
+    """A user turn of labelled outputs then instructions, as microagent splices them.
+
+    Like ``ChatComposer.splice``: text after a spliced output starts on a new line
+    (a blank line is put in unless the text starts with a line break).
+    """
+    body = "".join(f"{label}{clean(text)}" for label, text in parts)
+    separator = "\n\n" if parts and not instructions.startswith("\n") else ""
+    return body + separator + instructions

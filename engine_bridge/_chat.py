@@ -34,6 +34,8 @@ Encoder = Callable[[str], list[int]]
 Tokens = tuple[int, ...]
 
 _DEFAULT_ROLES = ("system", "user", "assistant")
+#: what ``ChatComposer.splice`` puts between a spliced handle and text that follows it
+SEGMENT_SEPARATOR = "\n\n"
 
 
 def _ids(ids: Iterable[int]) -> Tokens:
@@ -361,9 +363,15 @@ class ChatComposer:
 
         A handle spliced mid-turn drops its trailing end-of-turn token (a generation
         that stopped ends with one), so a turn never holds a stray end-of-turn.
+        Whatever follows a spliced handle starts on a new line: unless the next
+        text already starts with a line break, ``SEGMENT_SEPARATOR`` (a blank line)
+        is put between them. Without it an instruction after a peer's answer reads
+        as that answer's continuation ("...is 12These are the answers...") and a
+        small model parrots the seam.
         """
         eot_id = self.template.eot_token_id
         ids: list[int] = []
+        after_handle = False
         for piece in pieces:
             if isinstance(piece, KVHandle):
                 if piece.model != self.bridge.model:
@@ -374,9 +382,17 @@ class ChatComposer:
                 tokens = piece.token_ids
                 if tokens and tokens[-1] == eot_id:
                     tokens = tokens[:-1]
+                if not tokens:
+                    continue
+                if after_handle:
+                    ids.extend(self.bridge.tokenize(SEGMENT_SEPARATOR))
                 ids.extend(tokens)
+                after_handle = True
             elif piece:
+                if after_handle and not piece.startswith(("\n", "\r")):
+                    ids.extend(self.bridge.tokenize(SEGMENT_SEPARATOR))
                 ids.extend(self.bridge.tokenize(piece))
+                after_handle = False
         return tuple(ids)
 
     def content(self, text: str) -> str:

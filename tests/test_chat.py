@@ -280,3 +280,53 @@ def test_adapter_is_carried_by_the_context() -> None:
     ctx = engine.chat.context([{"role": "user", "content": "hi"}], adapter="lora")
     assert ctx.adapter is not None and ctx.adapter.name == "lora"
     assert engine.chat.generation_prompt(ctx).adapter == ctx.adapter
+
+
+# --- splice: a separator after every spliced segment --------------------------------------
+
+
+def test_text_after_a_spliced_handle_starts_on_a_new_line() -> None:
+    engine = ScriptedEngine()
+    chat = engine.chat
+    peer = engine.handle([*engine.tokenize("so the answer is 12"), engine.eot_token_id])
+    other = engine.handle(engine.tokenize("it is 13"))  # cut by length: no end-of-turn
+    ids = chat.splice(["\nAgent b: ", peer, "\nAgent c: ", other, "These are the answers"])
+    text = engine.detokenize(ids)
+    # the instruction is never glued to the last answer ("...is 13These are")
+    assert text == "\nAgent b: so the answer is 12\nAgent c: it is 13\n\nThese are the answers"
+    assert engine.eot_token_id not in ids
+    # the handles' ids appear unchanged, each followed by a line break
+    newline = tuple(engine.tokenize("\n"))
+    for handle in (peer, other):
+        body = handle.token_ids[:-1] if handle.token_ids[-1] == engine.eot_token_id else None
+        body = body or handle.token_ids
+        at = next(i for i in range(len(ids)) if ids[i : i + len(body)] == body)
+        assert ids[at + len(body) : at + len(body) + len(newline)] == newline
+    # two handles in a row are separated too; nothing is added after the last piece
+    both = engine.detokenize(chat.splice([peer, other]))
+    assert both == "so the answer is 12\n\nit is 13"
+
+
+@given(
+    pieces=st.lists(
+        st.tuples(st.booleans(), chat_texts(), st.sampled_from(["", "\n", " "])),
+        min_size=1,
+        max_size=6,
+    )
+)
+@settings(max_examples=80, deadline=None)
+def test_every_spliced_segment_is_separated_from_what_follows(
+    pieces: list[tuple[bool, str, str]],
+) -> None:
+    engine = ScriptedEngine()
+    parts: list[str | KVHandle] = []
+    for is_handle, text, lead in pieces:
+        parts.append(engine.handle(engine.tokenize(text)) if is_handle else lead + text)
+    decoded = engine.detokenize(engine.chat.splice(parts))
+    expected = ""
+    for previous, piece in zip([None, *parts], parts, strict=False):
+        piece_text = piece.text if isinstance(piece, KVHandle) else piece
+        if isinstance(previous, KVHandle) and not piece_text.startswith("\n"):
+            expected += "\n\n"
+        expected += piece_text
+    assert decoded == expected
