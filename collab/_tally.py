@@ -1,14 +1,25 @@
-"""Answers: normalisation, tallies, the tie rule and the exact early-stop test.
+"""Answers: normalisation, tallies, the tie rule, the exact early-stop test and adaptive stops.
 
 Tie rule (documented, deterministic): among answers with the most votes, the
 one listed first in ``choices`` wins; for free-text answers, the one whose
 *first* vote came first wins — but early stopping never relies on arrival
 order for free text: it stops only when the leader is strictly ahead of every
 possible rival.
+
+Adaptive stop rules (``StopRule``) are checked after each whole wave of
+voters. They stop sampling when the leader is *probably* the majority, not
+certainly (that is ``Tally.decided``); the answer is always the leader of the
+votes cast so far. ``beta`` is Adaptive-Consistency's rule (Aggarwal et al.,
+2023): with ``a`` votes for the leader and ``b`` for the runner-up, stop when
+``P(p > 1/2) >= confidence`` for ``p ~ Beta(a + 1, b + 1)`` (a uniform prior
+on the leader's share among the top two). ``window`` is early-stopping
+self-consistency's rule (Li et al., 2024): stop when every vote of the
+latest wave names the same answer.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
@@ -140,3 +151,74 @@ def all_agree(answers: Mapping[str, str]) -> bool:
     """Whether every agent gave the same non-empty normalised answer."""
     values = set(answers.values())
     return len(values) == 1 and "" not in values
+
+
+STOP_RULES = ("off", "beta", "window")
+
+
+def beta_majority_probability(lead: int, runner_up: int) -> float:
+    """``P(p > 1/2)`` for ``p ~ Beta(lead + 1, runner_up + 1)``, exactly.
+
+    For integer parameters the Beta tail is a binomial sum:
+    ``P(p > 1/2) = P(Binomial(lead + runner_up + 1, 1/2) <= lead)``.
+    """
+    if lead < 0 or runner_up < 0:
+        raise ValueError("vote counts must be >= 0")
+    n = lead + runner_up + 1
+    return float(sum(math.comb(n, j) for j in range(lead + 1))) / float(2**n)
+
+
+@attrs.frozen
+class StopRule:
+    """An adaptive stop rule, checked after each wave (see the module docstring).
+
+    Attributes:
+        kind: ``off``, ``beta`` or ``window``.
+        confidence: the ``beta`` rule's threshold, in (0.5, 1).
+    """
+
+    kind: str = "off"
+    confidence: float = 0.95
+
+    def __attrs_post_init__(self) -> None:
+        if self.kind not in STOP_RULES:
+            raise ValueError(f"stop rule must be one of {STOP_RULES}, got {self.kind!r}")
+        if not 0.5 < self.confidence < 1.0:
+            raise ValueError(f"confidence must be in (0.5, 1), got {self.confidence}")
+
+    def stops(self, tally: Tally, window: Sequence[str]) -> bool:
+        """Whether to stop sampling after a wave whose votes were ``window``."""
+        if self.kind == "off" or not tally.counts:
+            return False
+        if self.kind == "window":
+            return len(window) >= 2 and len(set(window)) == 1 and window[0] != ""
+        ranked = sorted(tally.counts.values(), reverse=True)
+        runner_up = ranked[1] if len(ranked) > 1 else 0
+        return beta_majority_probability(ranked[0], runner_up) >= self.confidence
+
+
+def adaptive_vote(
+    answers: Sequence[str],
+    wave: int,
+    rule: StopRule,
+    choices: Sequence[str] | None = None,
+    *,
+    exact: bool = True,
+) -> tuple[str, int]:
+    """What an adaptive vote over ``answers`` (in voter order) returns, and the votes it uses.
+
+    Voters are sampled ``wave`` at a time; after each wave the exact test
+    (when ``exact``) and then ``rule`` may stop. This is the vote mode's
+    procedure as a pure function (a vote that stops inside a wave on the
+    exact test gives the same answer with fewer votes).
+    """
+    if wave < 1:
+        raise ValueError("wave must be >= 1")
+    tally = Tally(total_voters=len(answers), choices=tuple(choices) if choices else None)
+    for start in range(0, len(answers), wave):
+        window = answers[start : start + wave]
+        for a in window:
+            tally.add(a)
+        if (exact and tally.decided()) or rule.stops(tally, window):
+            break
+    return tally.leader(), tally.cast

@@ -129,6 +129,20 @@ def vote_sequences(
     return choices, answers
 
 
+#: an adaptive stop rule's (kind, confidence)
+stop_rules = st.tuples(
+    st.sampled_from(["off", "beta", "window"]), st.sampled_from([0.6, 0.9, 0.95])
+)
+
+
+@st.composite
+def choice_views(draw: st.DrawFn) -> tuple[tuple[str, ...], int, bool]:
+    """(canonical choices, a voter index, labels?) for a debiased voter's view."""
+    k = draw(st.integers(1, 8))
+    choices = tuple(f"choice {chr(ord('a') + i)}" for i in range(k))
+    return choices, draw(st.integers(0, 40)), draw(st.booleans())
+
+
 # --- collaboration: graphs -------------------------------------------------------------
 
 GRAPH_CONDITIONS = ({"contains": "yes"}, {"not_contains": "yes"})

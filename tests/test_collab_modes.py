@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import anyio
@@ -370,3 +371,178 @@ def _names(agents: Sequence[AgentSpec]) -> list[str]:
 
 async def test_agent_names_expand_counts() -> None:
     assert _names([AgentSpec("v", count=2), AgentSpec("j")]) == ["v-1", "v-2", "j"]
+
+
+# --- debiased and adaptive votes ----------------------------------------------------------
+
+
+def first_listed(request: EngineRequest) -> str:
+    """A maximally position-biased voter: it answers whatever it was offered first."""
+    return request.sampling.choices[0] if request.sampling.choices else ""
+
+
+async def test_debias_order_gives_each_voter_its_own_order_and_maps_votes_back() -> None:
+    choices = ["yes", "no", "maybe"]
+
+    def script(prompt: tuple[int, ...], request: EngineRequest) -> str | None:
+        return first_listed(request) if request.sampling.choices else None
+
+    async with ScriptedEngine(script=script) as engine:
+        plain = await collaborate(
+            engine,
+            "vote",
+            CONTEXT,
+            [AgentSpec("voter", count=6)],
+            answer={"choices": choices},
+            style="direct",
+            early_stop=False,
+        )
+        assert plain.votes == {"yes": 6}  # the bias, amplified by the vote
+        engine.history.clear()
+        events: list[CollaborationEvent] = []
+        debiased = await collaborate(
+            engine,
+            "vote",
+            CONTEXT,
+            [AgentSpec("voter", count=6)],
+            answer={"choices": choices},
+            style="direct",
+            early_stop=False,
+            debias=True,
+            on_event=events.append,
+        )
+    # every choice was shown first to two of six voters, so the bias cancels out
+    assert debiased.votes == {"yes": 2, "no": 2, "maybe": 2}
+    assert debiased.details["debias"] == "order"
+    offered = sorted(r.sampling.choices or () for r in engine.history)
+    assert len(set(offered)) == 6 and all(sorted(o) == sorted(choices) for o in offered)
+    for request in engine.history:  # the instructions list the choices as offered
+        assert f"one of: {', '.join(request.sampling.choices or ())}." in request.prompt.text
+    votes = [e for e in events if e.type == "vote"]
+    assert all(e.data["answer"] == e.data["shown"][0] for e in votes)
+
+
+async def test_debias_labels_counterbalances_yes_no_and_maps_letters_back() -> None:
+    """A voter that reads the lettered options and names the letter of "no" (the truth)."""
+    option = re.compile(r"([A-Z])\) (yes|no)")
+
+    def script(prompt: tuple[int, ...], request: EngineRequest) -> str | None:
+        if not request.sampling.choices:
+            return None
+        assert request.sampling.choices == ("A", "B")
+        letters = {word: letter for letter, word in option.findall(request.prompt.text)}
+        return letters["no"]
+
+    async with ScriptedEngine(script=script) as engine:
+        outcome = await collaborate(
+            engine,
+            "vote",
+            CONTEXT,
+            [AgentSpec("voter", count=4)],
+            answer={"choices": ["yes", "no"]},
+            style="direct",
+            early_stop=False,
+            debias="labels",
+        )
+        shown = sorted(option.findall(r.prompt.text)[0][1] for r in engine.history)
+    assert outcome.answer == "no" and outcome.votes == {"no": 4}
+    assert shown == ["no", "no", "yes", "yes"]  # half the voters see "A) yes", half "A) no"
+    assert all(a.answer == "no" for a in outcome.agents)
+
+
+async def test_debias_in_reason_style_lists_the_voters_order_in_the_cue() -> None:
+    async with ScriptedEngine(script=lambda p, r: first_listed(r) or None) as engine:
+        outcome = await collaborate(
+            engine,
+            "vote",
+            CONTEXT,
+            [AgentSpec("voter", count=2, instructions="Be careful.")],
+            answer={"choices": ["yes", "no"]},
+            style="reason",
+            early_stop=False,
+            debias="order",
+            max_tokens=32,
+        )
+        cues = [r.prompt.text for r in engine.history if r.sampling.choices]
+        reasons = [r.prompt.text for r in engine.history if not r.sampling.choices]
+    assert outcome.votes == {"yes": 1, "no": 1}
+    assert any(c.endswith("one of: yes, no.<|im_end|>\n<|im_start|>assistant\n") for c in cues)
+    assert any(c.endswith("one of: no, yes.<|im_end|>\n<|im_start|>assistant\n") for c in cues)
+    assert all("Be careful.\nThink step by step" in r for r in reasons)
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"debias": True}, "collaboration.debias"),  # no fixed choices to reorder
+        ({"debias": "shuffle", "answer": {"choices": ["a", "b"]}}, "collaboration.debias"),
+        ({"adaptive": "sometimes"}, "collaboration.adaptive"),
+        ({"adaptive": "beta", "confidence": 0.5}, "collaboration.confidence"),
+        ({"adaptive": "beta", "confidence": True}, "collaboration.confidence"),
+        ({"adaptive": "window", "wave": 1}, "collaboration.wave"),
+    ],
+)
+async def test_bad_debias_and_adaptive_options_name_their_field(
+    options: dict[str, object], field: str
+) -> None:
+    with pytest.raises(InvalidCollaboration) as info:
+        prepare_collaboration("vote", None, options)
+    assert info.value.field == field
+
+
+async def test_adaptive_window_stops_after_a_unanimous_wave() -> None:
+    voter = re.compile(r"voter number (\d+)")
+    answers = ["yes", "no", "yes", "no", "no", "no", "yes", "yes", "yes"]
+
+    def script(prompt: tuple[int, ...], request: EngineRequest) -> str | None:
+        return answers[int(voter.findall(request.prompt.text)[-1])]
+
+    specs = [AgentSpec(f"v{i}", instructions=f"You are voter number {i}.") for i in range(9)]
+    async with ScriptedEngine(script=script) as engine:
+        outcome = await collaborate(
+            engine,
+            "vote",
+            CONTEXT,
+            specs,
+            answer={"choices": ["yes", "no"]},
+            style="direct",
+            adaptive="window",
+            wave=3,
+        )
+        assert engine.live_requests() == frozenset()
+    # waves: (yes no yes) (no no no) -> stop: "no" leads 4 to 2, with 3 voters never started
+    assert outcome.answer == "no" and outcome.votes == {"no": 4, "yes": 2}
+    assert outcome.early_stopped and outcome.details["stopped_by"] == "window"
+    assert outcome.details["samples"] == 6
+    assert [a.finish_reason for a in outcome.agents].count("pruned") == 3
+    assert len(engine.history) == 6
+
+
+async def test_adaptive_beta_stops_once_the_leader_is_probably_the_majority() -> None:
+    # 9 voters, all "yes": the exact rule needs 5 votes; Beta(5, 1) gives
+    # P(p > 1/2) = 0.969 >= 0.95 after 4 votes (waves of 2: two waves)
+    async with ScriptedEngine(script=lambda p, r: "yes" if r.sampling.choices else None) as engine:
+        outcome = await collaborate(
+            engine,
+            "vote",
+            CONTEXT,
+            [AgentSpec("voter", count=9)],
+            answer={"choices": ["yes", "no"]},
+            style="direct",
+            adaptive="beta",
+            wave=2,
+        )
+    assert outcome.answer == "yes"
+    assert outcome.details["samples"] == 4 and outcome.details["stopped_by"] == "beta"
+    async with ScriptedEngine(script=lambda p, r: "yes" if r.sampling.choices else None) as engine:
+        exact = await collaborate(
+            engine,
+            "vote",
+            CONTEXT,
+            [AgentSpec("voter", count=9)],
+            answer={"choices": ["yes", "no"]},
+            style="direct",
+            wave=2,
+        )
+    # the exact rule decides on the 5th vote (a 6th of the same wave may land too)
+    assert exact.details["samples"] in (5, 6) and exact.details["stopped_by"] == "exact"

@@ -15,8 +15,11 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from microagent.actors import Runtime
-from microagent.collab import AgentSpec, CollaborationEvent, collaborate
+from microagent.collab import AgentSpec, CollaborationEvent, collaborate, majority
+from microagent.collab._debias import ChoiceView, voter_order
+from microagent.collab._tally import StopRule, adaptive_vote, beta_majority_probability
 from microagent.engine_bridge import EngineRequest, ScriptedEngine
+from strategies import choice_views, stop_rules
 
 CHOICES = ("yes", "no", "maybe")
 VOTER = re.compile(r"voter number (\d+)")
@@ -97,6 +100,92 @@ def test_early_stopped_vote_equals_full_vote(case: tuple[list[str], list[int], i
         assert results[True].answer == results[False].answer
         assert results[False].votes is not None
         assert sum(results[False].votes.values()) == len(answers)
+
+    run_virtual(main)
+
+
+@given(choice_views())
+def test_a_voters_view_maps_back_to_the_canonical_choices_one_to_one(
+    case: tuple[tuple[str, ...], int, bool],
+) -> None:
+    choices, voter, labels = case
+    view = ChoiceView.for_voter(choices, voter, labels=labels)
+    assert sorted(view.shown) == sorted(choices)
+    back = [view.to_canonical(a) for a in view.allowed]
+    assert sorted(back) == sorted(choices)  # a bijection from what it may answer onto choices
+    for j, allowed in enumerate(view.allowed):  # the j-th thing shown maps to what is shown there
+        assert view.to_canonical(allowed) == view.shown[j]
+    assert view.to_canonical("not an option") == ""
+    listing = view.listing()
+    positions = [listing.index(c) for c in view.shown]
+    assert positions == sorted(positions)  # listed in the voter's own order
+
+
+@given(st.integers(1, 7), st.integers(0, 5))
+def test_every_k_consecutive_voters_see_each_choice_in_each_position_once(
+    k: int, block: int
+) -> None:
+    orders = [voter_order(k, v) for v in range(block * k, block * k + k)]
+    for position in range(k):
+        assert sorted(o[position] for o in orders) == list(range(k))
+
+
+@given(st.integers(0, 30), st.integers(0, 30))
+def test_beta_rule_probability_is_a_probability_symmetric_and_monotone(a: int, b: int) -> None:
+    p = beta_majority_probability(a, b)
+    assert 0.0 < p < 1.0
+    assert abs(p + beta_majority_probability(b, a) - 1.0) < 1e-12
+    assert beta_majority_probability(a + 1, b) > p
+    if a == b:
+        assert abs(p - 0.5) < 1e-12
+
+
+@st.composite
+def adaptive_cases(draw: st.DrawFn) -> tuple[list[str], int, tuple[str, float], bool]:
+    n = draw(st.integers(1, 10))
+    answers = draw(st.lists(st.sampled_from(CHOICES), min_size=n, max_size=n))
+    rule = draw(stop_rules)
+    wave = draw(st.integers(2 if rule[0] == "window" else 1, 4))
+    return answers, wave, rule, draw(st.booleans())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(adaptive_cases())
+def test_adaptive_vote_answers_what_its_rule_gives_on_the_votes_it_drew(
+    case: tuple[list[str], int, tuple[str, float], bool],
+) -> None:
+    """On the ScriptedEngine: the mode stops where the pure rule stops, with the same answer,
+    and that answer is the plurality of the votes drawn (the full vote's when it never fires)."""
+    answers, wave, (kind, confidence), early = case
+    rule = StopRule(kind, confidence)
+    expected, used = adaptive_vote(answers, wave, rule, CHOICES, exact=early)
+    assert expected == majority(answers[:used], CHOICES)
+    if kind == "off":
+        assert expected == majority(answers, CHOICES)  # the exact test never changes it
+
+    async def main() -> None:
+        engine = engine_for(answers, [1] * len(answers))
+        async with engine, Runtime(engine=engine) as rt:
+            outcome = await collaborate(
+                engine,
+                "vote",
+                "Decide.",
+                voters(len(answers)),
+                runtime=rt,
+                answer={"choices": list(CHOICES)},
+                style="direct",
+                early_stop=early,
+                wave=wave,
+                adaptive=kind,
+                confidence=confidence,
+                max_tokens=8,
+            )
+            assert outcome.answer == expected
+            samples = outcome.details["samples"]
+            # the exact test may stop inside a wave (fewer votes, the same answer)
+            assert samples == used or (early and samples < used)
+            assert engine.live_requests() == frozenset()
+            assert await engine.wait_idle(5)
 
     run_virtual(main)
 

@@ -10,6 +10,13 @@ Exact early stop: as soon as the leading answer can no longer be overtaken
 requests aborted. The answer is then exactly what the full vote would give on
 the same outputs. ``wave`` > 0 samples voters k at a time, so later waves are
 never started when the first ones agree.
+
+Adaptive stop (``adaptive``): after each wave, a stated rule (``StopRule``:
+Adaptive-Consistency's Beta rule or early-stopping self-consistency's window
+rule) may stop sampling although the vote is not yet certain; the answer is
+the leader of the votes cast. Debiased voting (``debias``): with fixed choices,
+each voter sees them in its own order (``ChoiceView``), and its answer is mapped
+back to the canonical choice before the tally.
 """
 
 from __future__ import annotations
@@ -23,10 +30,14 @@ from ...engine_bridge import KVHandle
 from .._agent import Role, Turn
 from .._config import ModeConfig, int_in
 from .._context import CollaborationContext, find_role
+from .._debias import DEBIAS_MODES, ChoiceView
 from .._errors import InvalidCollaboration
 from .._mode import CollaborationOp, ModeResult
 from .._spec import AgentSpec
-from .._tally import Tally
+from .._tally import STOP_RULES, StopRule, Tally
+
+#: waves of an adaptive vote whose ``wave`` is 0
+ADAPTIVE_WAVE = 3
 
 ANSWER_CUE = "Therefore, the final answer is"
 
@@ -34,6 +45,30 @@ ANSWER_CUE = "Therefore, the final answer is"
 def _style(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
     if value not in ("auto", "direct", "reason"):
         raise InvalidCollaboration(attribute.name, f"must be auto, direct or reason, got {value!r}")
+
+
+def _debias(value: object) -> object:
+    """``true``/``false`` are accepted for ``order``/``off``."""
+    if value is True:
+        return "order"
+    if value is False:
+        return "off"
+    return value
+
+
+def _one_of(names: tuple[str, ...]) -> Any:
+    def check(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value not in names:
+            raise InvalidCollaboration(
+                attribute.name, f"must be one of {', '.join(names)}, got {value!r}"
+            )
+
+    return check
+
+
+def _confidence(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.5 < value < 1:
+        raise InvalidCollaboration(attribute.name, f"must be a number in (0.5, 1), got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -44,13 +79,37 @@ class VoteConfig(ModeConfig):
         style: ``direct`` (answer at once), ``reason`` (reason, then answer from
             the reasoning's handle) or ``auto`` (reason when answers are constrained
             and max_tokens allows reasoning, direct otherwise).
-        wave: start voters k at a time (0 = all at once).
+        wave: start voters k at a time (0 = all at once; an adaptive vote's
+            default is ``ADAPTIVE_WAVE``).
         answer_tokens: budget of the constrained answer step.
+        debias: with ``answer.choices``: ``order`` (or ``true``): each voter sees
+            the choices in its own order; ``labels``: as lettered options in its
+            own order, answering with a letter; ``off`` (or ``false``, the default).
+        adaptive: stop sampling after a wave once the leader is probably the
+            majority: ``beta`` (Adaptive-Consistency: ``P(p > 1/2) >= confidence``
+            for ``p ~ Beta(leader + 1, runner-up + 1)``), ``window`` (early-stopping
+            self-consistency: every vote of the latest wave agrees) or ``off``.
+        confidence: the ``beta`` rule's threshold, in (0.5, 1).
     """
 
     style: str = attrs.field(default="auto", validator=_style)
     wave: int = attrs.field(default=0, validator=int_in(0, 64))
     answer_tokens: int = attrs.field(default=16, validator=int_in(1, 256))
+    debias: str = attrs.field(default="off", converter=_debias, validator=_one_of(DEBIAS_MODES))
+    adaptive: str = attrs.field(default="off", validator=_one_of(STOP_RULES))
+    confidence: float = attrs.field(default=0.95, validator=_confidence)
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        if self.debias != "off" and (self.answer is None or not self.answer.choices):
+            raise InvalidCollaboration("debias", "needs answer.choices (fixed choices to reorder)")
+        if self.adaptive == "window" and self.wave == 1:
+            raise InvalidCollaboration("wave", "the window rule needs waves of 2 or more voters")
+
+    @property
+    def stop_rule(self) -> StopRule:
+        """The adaptive stop rule these options describe."""
+        return StopRule(self.adaptive, float(self.confidence))
 
 
 class Vote(CollaborationOp[VoteConfig]):
@@ -70,38 +129,59 @@ class Vote(CollaborationOp[VoteConfig]):
         voter_specs, aggregator_spec = find_role(ctx.agents, "aggregator")
         voters = await ctx.spawn_all(voter_specs, role="voter")
         tally = Tally(total_voters=len(voters), choices=ctx.choices)
+        rule = config.stop_rule
+        views = _views(config, len(voters))
         decided = False
+        stopped_by: str | None = None
 
-        async def cast(voter: Role) -> None:
-            nonlocal decided
-            answer_text = await self._vote(ctx, voter, style)
+        async def cast(voter: Role, view: ChoiceView | None, window: list[str]) -> None:
+            nonlocal decided, stopped_by
+            answer_text = await self._vote(ctx, voter, style, view)
             if answer_text is None:
                 return
             # a vote that lands after the decision is still counted: it cannot change
             # the winner (that is what "decided" means), and it is real output
-            answer = ctx.normalize(answer_text)
+            answer = (
+                ctx.normalize(answer_text) if view is None else _canonical(ctx, view, answer_text)
+            )
             voter.record.answer = answer
             tally.add(answer)
+            window.append(answer)
+            extra = {} if view is None else {"shown": list(view.shown), "raw": answer_text}
             await ctx.emit(
-                "vote", voter.agent, answer=answer, votes=tally.as_dict(), remaining=tally.remaining
+                "vote",
+                voter.agent,
+                answer=answer,
+                votes=tally.as_dict(),
+                remaining=tally.remaining,
+                **extra,
             )
             if config.early_stop and not decided and tally.remaining > 0 and tally.decided():
                 decided = True
-                # every voter without an answer is pruned: running ones are aborted,
-                # those of later waves never start
-                for other in voters:
-                    if other.record.answer is None and other is not voter:
-                        await ctx.prune(other, "early_stop")
+                stopped_by = "exact"
+                await self._prune_rest(ctx, voters, voter)
 
-        wave = config.wave or len(voters)
+        wave = config.wave or (ADAPTIVE_WAVE if rule.kind != "off" else len(voters))
         for start in range(0, len(voters), wave):
+            window: list[str] = []
             async with anyio.create_task_group() as tg:
-                for voter in voters[start : start + wave]:
-                    tg.start_soon(cast, voter)
+                for i in range(start, min(start + wave, len(voters))):
+                    tg.start_soon(cast, voters[i], views[i], window)
             if decided:
                 break
+            if tally.remaining > 0 and rule.stops(tally, window):
+                decided = True
+                stopped_by = rule.kind
+                await self._prune_rest(ctx, voters, None)
+                break
         winner = tally.leader()
-        details: dict[str, object] = {"style": style}
+        details: dict[str, object] = {"style": style, "samples": tally.cast}
+        if config.debias != "off":
+            details["debias"] = config.debias
+        if config.adaptive != "off":
+            details["adaptive"] = config.adaptive
+        if stopped_by is not None:
+            details["stopped_by"] = stopped_by
         answer = winner
         if aggregator_spec is not None:
             details["decision"] = winner
@@ -110,6 +190,14 @@ class Vote(CollaborationOp[VoteConfig]):
         return ModeResult(
             answer=answer, early_stopped=decided, votes=tally.as_dict(), details=details
         )
+
+    async def _prune_rest(
+        self, ctx: CollaborationContext[VoteConfig], voters: list[Role], voter: Role | None
+    ) -> None:
+        """Prune every voter without an answer (running ones aborted, later waves never started)."""
+        for other in voters:
+            if other.record.answer is None and other is not voter:
+                await ctx.prune(other, "early_stop")
 
     async def _summarize(
         self,
@@ -150,18 +238,28 @@ class Vote(CollaborationOp[VoteConfig]):
         return done.content or winner
 
     async def _vote(
-        self, ctx: CollaborationContext[VoteConfig], voter: Role, style: str
+        self,
+        ctx: CollaborationContext[VoteConfig],
+        voter: Role,
+        style: str,
+        view: ChoiceView | None = None,
     ) -> str | None:
         config = ctx.config
         spec = voter.spec
         instructions = spec.instructions or _default_instructions(ctx, style)
+        if view is not None:  # a debiased voter always sees its own listing of the choices
+            own = _view_instructions(view, style)
+            instructions = f"{spec.instructions}\n{own}" if spec.instructions else own
         prompt = ctx.prompt(spec, instructions=instructions)
+        answer_sampling = ctx.sampling(spec, max_tokens=config.answer_tokens, constrained=True)
+        if view is not None:
+            answer_sampling = attrs.evolve(answer_sampling, choices=view.allowed)
         if style == "direct":
             done = await ctx.turn(
                 voter,
                 Turn(
                     prompt,
-                    ctx.sampling(spec, max_tokens=config.answer_tokens, constrained=True),
+                    answer_sampling,
                     label="answer",
                     keep=False,
                 ),
@@ -181,17 +279,20 @@ class Vote(CollaborationOp[VoteConfig]):
         # The answer step continues the voter's own handle: its reasoning is a cached prefix.
         chat = voter.bridge.chat
         base = chat.close_turn(first.result.handle)
-        cue = (
-            f"{ANSWER_CUE} one of: {', '.join(config.answer.choices)}."
-            if config.answer.choices
-            else ANSWER_CUE + ":"
-        )
+        if view is not None and view.labels:
+            cue = f"Options: {view.listing()}. {ANSWER_CUE} the letter:"
+        elif view is not None:
+            cue = f"{ANSWER_CUE} one of: {view.listing()}."
+        elif config.answer.choices:
+            cue = f"{ANSWER_CUE} one of: {', '.join(config.answer.choices)}."
+        else:
+            cue = ANSWER_CUE + ":"
         prompt2 = ctx.prompt(spec, base=base, instructions=cue)
         second = await ctx.turn(
             voter,
             Turn(
                 prompt2,
-                ctx.sampling(spec, max_tokens=config.answer_tokens, constrained=True),
+                answer_sampling,
                 label="answer",
                 priority=-1,
                 keep=False,  # its reasoning stays retained: the aggregator continues it
@@ -216,3 +317,29 @@ def _default_instructions(ctx: CollaborationContext[VoteConfig], style: str) -> 
     if style == "direct":
         return "Answer concisely."
     return "Think step by step, briefly. End with a line 'Answer: <your answer>'."
+
+
+def _views(config: VoteConfig, n: int) -> list[ChoiceView | None]:
+    """Each voter's view of the choices (None for all when not debiased)."""
+    if config.debias == "off" or config.answer is None or not config.answer.choices:
+        return [None] * n
+    labels = config.debias == "labels"
+    return [ChoiceView.for_voter(config.answer.choices, i, labels=labels) for i in range(n)]
+
+
+def _canonical(ctx: CollaborationContext[VoteConfig], view: ChoiceView, text: str) -> str:
+    """A debiased voter's answer as the canonical choice ("" when it names none)."""
+    return view.to_canonical(text if view.labels else ctx.normalize(text))
+
+
+def _view_instructions(view: ChoiceView, style: str) -> str:
+    if view.labels:
+        if style == "direct":
+            return f"Options: {view.listing()}. Answer with the letter of the correct option."
+        return (
+            f"Options: {view.listing()}. Think step by step, briefly, then give the letter "
+            "of the correct option."
+        )
+    if style == "direct":
+        return f"Answer with exactly one of: {view.listing()}."
+    return f"Think step by step, briefly, then give your answer (one of: {view.listing()})."
