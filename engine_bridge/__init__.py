@@ -32,15 +32,19 @@ from ._retention import Retain as Retain
 from ._retention import RetentionStats as RetentionStats
 from ._scripted import ScriptedEngine as ScriptedEngine
 from ._tokenizer import ToyTokenizer as ToyTokenizer
+from ._types import MAX_TOP_LOGPROBS as MAX_TOP_LOGPROBS
 from ._types import EngineStats as EngineStats
 from ._types import FinishReason as FinishReason
 from ._types import GenerationResult as GenerationResult
 from ._types import Sampling as Sampling
+from ._types import TaggedJson as TaggedJson
 from ._types import Timings as Timings
 from ._types import TokenDelta as TokenDelta
+from ._types import TokenLogprob as TokenLogprob
 from ._vllm import VLLMBridge as VLLMBridge
 
 __all__ = [
+    "MAX_TOP_LOGPROBS",
     "RELEASE_CAUSES",
     "AdapterRef",
     "ChatComposer",
@@ -66,8 +70,10 @@ __all__ = [
     "Sampling",
     "SchedulerSnapshot",
     "ScriptedEngine",
+    "TaggedJson",
     "Timings",
     "TokenDelta",
+    "TokenLogprob",
     "ToyTokenizer",
     "UnknownAdapter",
     "VLLMBridge",

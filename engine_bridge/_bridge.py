@@ -24,7 +24,15 @@ import attrs
 from ._errors import EngineDied, RequestRefused, UnknownAdapter
 from ._handle import AdapterRef, KVHandle
 from ._retention import Retain, RetentionStats
-from ._types import EngineStats, FinishReason, GenerationResult, Sampling, Timings, TokenDelta
+from ._types import (
+    EngineStats,
+    FinishReason,
+    GenerationResult,
+    Sampling,
+    Timings,
+    TokenDelta,
+    TokenLogprob,
+)
 
 if TYPE_CHECKING:
     from ._chat import ChatComposer
@@ -57,6 +65,8 @@ class EngineStep:
     text: str
     finish_reason: FinishReason | None = None
     num_cached_tokens: int | None = None
+    #: one per token of ``token_ids`` when the sampling asked for logprobs
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @attrs.frozen
@@ -101,6 +111,7 @@ class Generation:
         self._steps: AsyncIterator[EngineStep] | None = None
         self._output: list[int] = []
         self._text: list[str] = []
+        self._logprobs: list[TokenLogprob] = []
         self._cached: int | None = None
         self._submitted = 0.0
         self._first_token: float | None = None
@@ -162,7 +173,10 @@ class Generation:
                         self._first_token = self._bridge.clock()
                     self._output.extend(step.token_ids)
                     self._text.append(step.text)
-                    yield TokenDelta(self.request_id, tuple(step.token_ids), step.text)
+                    self._logprobs.extend(step.logprobs)
+                    yield TokenDelta(
+                        self.request_id, tuple(step.token_ids), step.text, step.logprobs
+                    )
                 if step.finish_reason is not None:
                     self._finish(step.finish_reason)
                     return
@@ -591,4 +605,5 @@ class EngineBridge(abc.ABC):
             timings=Timings(gen._submitted, gen._first_token, now),
             adapter=prompt.adapter.name if prompt.adapter else None,
             priority=request.priority,
+            logprobs=tuple(gen._logprobs) if request.sampling.logprobs is not None else None,
         )

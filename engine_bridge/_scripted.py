@@ -32,7 +32,10 @@ Cache rules (those of vLLM v1's prefix cache, which these follow block for block
 Outputs are scripted (``script``) or seeded pseudo-random words, end with the
 end-of-turn token on ``"stop"`` (as vLLM's token ids do) and respect
 ``max_tokens`` (``"length"``, no end-of-turn token), ``choices`` and ``stop``
-strings; ``regex``, ``top_p`` and ``top_k`` are ignored. Latency is anyio
+strings; under a JSON constraint (``json_schema``, ``json_object``, ``tagged``)
+an unscripted reply is a small valid document (``example_instance``); ``logprobs``
+are made up but well formed (the sampled token most likely, probabilities
+summing below 1); ``regex``, ``top_p`` and ``top_k`` are ignored. Latency is anyio
 sleeps (``prefill_time_per_token``, ``decode_time_per_token``).
 """
 
@@ -41,6 +44,8 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
+import json
+import math
 import random
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -53,11 +58,13 @@ from ._bridge import EngineBridge, EngineRequest, EngineStep, SchedulerSnapshot
 from ._chat import ChatComposer, ChatTemplate
 from ._errors import EngineDied, EngineUnavailable, RequestRefused
 from ._handle import AdapterRef, KVHandle
+from ._json_instance import example_instance
 from ._retention import RetentionStats, RetentionTable
 from ._tokenizer import IM_END, ToyTokenizer
-from ._types import FinishReason, Sampling
+from ._types import FinishReason, Sampling, TokenLogprob
 
 ScriptReply = str | Sequence[int] | None
+_CHAT_ROLES = ("system", "user", "assistant")
 ScriptFn = Callable[[tuple[int, ...], EngineRequest], ScriptReply]
 Script = ScriptFn | Sequence[str] | Mapping[str, str]
 
@@ -151,7 +158,9 @@ class ScriptedEngine(EngineBridge):
         self.retention_ttl = retention_ttl
         self.tokenizer = ToyTokenizer(words=[f" {w}" for w in WORDS] + [*WORDS, "."])
         self.eot_token_id = self.tokenizer.token_id(IM_END)
-        self.chat = ChatComposer(ChatTemplate.chatml(self.tokenize, self.eot_token_id), self)
+        self.chat = ChatComposer(
+            ChatTemplate.chatml(self.tokenize, self.eot_token_id, (*_CHAT_ROLES, "tool")), self
+        )
         self.history: list[EngineRequest] = []
         self._open = False
         self._fail_next: BaseException | str | None = None
@@ -266,12 +275,14 @@ class ScriptedEngine(EngineBridge):
                         await self._decode(st, n + k - 1, request.prompt.token_ids + ids[:k])
                     last = k == len(ids) - 1
                     st.finished = last  # the consumer may stop reading at the final step
+                    top = request.sampling.logprobs
                     yield EngineStep(
                         (tok,),
                         # like vLLM (skip_special_tokens): the end-of-turn token has no text
                         "" if tok == self.eot_token_id else self.detokenize((tok,)),
                         finish if last else None,
                         st.cached if k == 0 else None,
+                        () if top is None else (self._logprobs(request, tok, top),),
                     )
                     self._interrupted(st)
             except _Aborted:
@@ -394,6 +405,8 @@ class ScriptedEngine(EngineBridge):
         """The whole output of ``request`` (ids) and how it ends."""
         s = request.sampling
         raw = self._scripted(request)
+        if raw is None and (s.json_schema is not None or s.json_object or s.tagged is not None):
+            raw = self._json_reply(request)
         if s.choices is not None:
             if raw is None:
                 text = s.choices[self._rng(request).randrange(len(s.choices))]
@@ -422,6 +435,35 @@ class ScriptedEngine(EngineBridge):
         if len(ids) > s.max_tokens:
             return ids[: s.max_tokens], "length"
         return ids, "stop"
+
+    def _json_reply(self, request: EngineRequest) -> str:
+        """A reply valid under the request's JSON constraint (a tagged one: one section)."""
+        s = request.sampling
+        rng = self._rng(request)
+        if s.json_object:
+            return json.dumps({"answer": rng.choice(WORDS)})
+        tagged = s.tagged
+        text = tagged.schema if tagged is not None else s.json_schema
+        assert text is not None
+        schema = json.loads(text)
+        try:
+            value = json.dumps(example_instance(schema, rng))
+        except ValueError as exc:
+            raise RequestRefused("sampling", str(exc)) from None
+        return value if tagged is None else f"{tagged.begin}{value}{tagged.end}"
+
+    def _logprobs(self, request: EngineRequest, token_id: int, k: int) -> TokenLogprob:
+        """A made-up distribution at one position: the sampled token most likely, sum < 1."""
+        rng = random.Random(hash((self.seed, request.request_id, token_id, k)))
+        p = 0.5 + 0.45 * rng.random()
+        top = [(token_id, math.log(p))]
+        rest = 1.0 - p
+        vocab = self.tokenizer.vocab_size
+        others = [t for t in rng.sample(range(vocab), min(vocab, k + 1)) if t != token_id]
+        for t in others[: max(0, k - 1)]:
+            rest /= 2
+            top.append((t, math.log(rest)))
+        return TokenLogprob(token_id, top[0][1], tuple(top[:k]))
 
     def _scripted(self, request: EngineRequest) -> ScriptReply:
         script = self.script

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -25,11 +26,60 @@ def _stop_strings(values: Iterable[str] | None) -> tuple[str, ...]:
     return () if values is None else tuple(values)
 
 
+#: The most alternatives per token ``Sampling.logprobs`` may ask for (OpenAI's bound).
+MAX_TOP_LOGPROBS = 20
+
+
+def _json_schema_text(_: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is None:
+        return
+    try:
+        schema = json.loads(value)
+    except ValueError as exc:
+        raise ValueError(f"{attribute.name} must be JSON text: {exc}") from None
+    if not isinstance(schema, dict):
+        raise ValueError(f"{attribute.name} must be a JSON object (a JSON schema)")
+
+
+@attrs.frozen
+class TaggedJson:
+    """Free text in which every ``begin`` … ``end`` section holds JSON valid against ``schema``.
+
+    The constraint starts when the model writes ``begin`` (vLLM's structural
+    tags): until then the model writes what it likes. Tool calls in ``auto``
+    mode are such sections (``<tool_call>{…}</tool_call>``).
+    """
+
+    begin: str = attrs.field(validator=attrs.validators.min_len(1))
+    schema: str = attrs.field(validator=_json_schema_text)
+    end: str = attrs.field(validator=attrs.validators.min_len(1))
+
+
+@attrs.frozen
+class TokenLogprob:
+    """The log probability of one sampled token, and the most likely tokens at its position.
+
+    ``top`` holds up to ``Sampling.logprobs`` ``(token id, logprob)`` pairs, most
+    likely first; the sampled token is among them only when it was that likely.
+    """
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
 @attrs.frozen
 class Sampling:
     """How to sample one generation (a subset of vLLM's SamplingParams that actors need).
 
-    ``choices`` / ``regex`` constrain the output with the engine's structured outputs.
+    At most one constraint, applied with the engine's structured outputs:
+    ``choices`` (one of these texts), ``regex``, ``json_schema`` (JSON text of a
+    schema the output satisfies), ``json_object`` (any JSON object), or
+    ``tagged`` (free text whose tagged sections are constrained JSON).
+    ``logprobs`` asks for each sampled token's log probability and that many
+    alternatives (0 to ``MAX_TOP_LOGPROBS``).
+    ``min_p`` and the three penalties are vLLM's (OpenAI's ranges; the ScriptedEngine
+    ignores them, as it ignores ``top_p`` and ``top_k``).
     ``seed`` makes a sampled request reproducible (on vLLM's CPU backend a seed can
     kill the engine, so ``VLLMBridge`` refuses or ignores it: see its ``cpu_seed``).
     """
@@ -38,20 +88,46 @@ class Sampling:
     temperature: float = attrs.field(default=0.0, validator=_non_negative)
     top_p: float = 1.0
     top_k: int | None = None
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = attrs.field(default=(), converter=_stop_strings)
     choices: tuple[str, ...] | None = attrs.field(default=None, converter=_strings)
     regex: str | None = None
+    json_schema: str | None = attrs.field(default=None, validator=_json_schema_text)
+    json_object: bool = False
+    tagged: TaggedJson | None = None
+    logprobs: int | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.choices is not None and self.regex is not None:
-            raise ValueError("give choices or regex, not both")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2.0 <= getattr(self, name) <= 2.0:
+                raise ValueError(f"{name} must be in [-2, 2], got {getattr(self, name)}")
+        if not 0.0 < self.repetition_penalty <= 2.0:
+            raise ValueError(f"repetition_penalty must be in (0, 2], got {self.repetition_penalty}")
+        given = [name for name in self.constraint_names if getattr(self, name) not in (None, False)]
+        if len(given) > 1:
+            raise ValueError(f"give one output constraint, not {' and '.join(given)}")
         if self.choices is not None and not self.choices:
             raise ValueError("choices must not be empty")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"logprobs must be in 0..{MAX_TOP_LOGPROBS}, got {self.logprobs}")
+
+    #: The fields that constrain the output; at most one is set.
+    constraint_names = ("choices", "regex", "json_schema", "json_object", "tagged")
+
+    @property
+    def constrained(self) -> bool:
+        """Whether the engine's structured outputs shape this generation."""
+        return any(getattr(self, name) not in (None, False) for name in self.constraint_names)
 
 
 @attrs.frozen
@@ -61,6 +137,8 @@ class TokenDelta:
     request_id: str
     token_ids: tuple[int, ...]
     text: str
+    #: one entry per token of ``token_ids`` when the sampling asked for logprobs
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @attrs.frozen
@@ -112,6 +190,8 @@ class GenerationResult:
     content: str = attrs.field(
         default=attrs.Factory(lambda self: self.text, takes_self=True), kw_only=True
     )
+    #: per output token, when the sampling asked for logprobs (else ``None``)
+    logprobs: tuple[TokenLogprob, ...] | None = attrs.field(default=None, kw_only=True)
 
     @property
     def computed_tokens(self) -> int:

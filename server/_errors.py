@@ -67,3 +67,40 @@ def _default_type(status: int) -> str:
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
     """A 400 ``invalid_request_error``."""
     return ApiError(400, message, param=param, code=code, type="invalid_request_error")
+
+
+_ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+            "required": ["message", "type", "param", "code"],
+        }
+    },
+    "required": ["error"],
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for the errors a route answers (one error body schema)."""
+    what = {
+        400: "Bad input: the message names the field (``error.param``)",
+        401: "Missing or wrong API key",
+        413: "The body is larger than the server accepts",
+        429: "Too many requests or collaborations at once (see Retry-After)",
+        500: "An internal error",
+        503: "The engine is restarting or its queue is full (see Retry-After)",
+    }
+    return {
+        status: {
+            "description": what[status],
+            "content": {"application/json": {"schema": _ERROR_SCHEMA}},
+        }
+        for status in statuses
+    }

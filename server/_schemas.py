@@ -72,13 +72,40 @@ class ContentPart(BaseModel):
 
 
 class ChatMessage(BaseModel):
-    """One chat message."""
+    """One chat message; an assistant's ``tool_calls`` and a tool's ``tool_call_id`` included."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    refusal: str | None = None
+
+
+class JsonSchemaFormat(BaseModel):
+    """``response_format.json_schema``: the schema the reply must satisfy."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """``response_format``: free text, any JSON object, or JSON valid against a schema.
+
+    The output is always constrained by the engine's structured outputs (``strict``
+    or not), so a reply that finished (``finish_reason: "stop"``) is valid.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
 
 
 class StreamOptions(BaseModel):
@@ -89,13 +116,72 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(BaseModel):
-    """``POST /v1/chat/completions``: the OpenAI request plus ``agents`` and ``collaboration``."""
+#: A function tool as OpenAI documents it (checked in ``_tools``, which names the field at fault).
+ToolList = Annotated[
+    list[dict[str, Any]],
+    WithJsonSchema(
+        {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "type": {"const": "function"},
+                    "function": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                            "description": {"type": "string"},
+                            "parameters": {"type": "object"},
+                            "strict": {"type": "boolean"},
+                        },
+                        "required": ["name"],
+                        "additionalProperties": False,
+                    },
+                },
+                "required": ["type", "function"],
+                "additionalProperties": False,
+            },
+        }
+    ),
+]
 
-    model_config = ConfigDict(extra="allow", strict=True)
+#: Parameters of OpenAI's API that this server refuses with a 400 naming them, and why.
+#: Any other parameter the model below does not declare is refused as unrecognized.
+REFUSED_PARAMETERS: dict[str, str] = {
+    "audio": "audio output is not supported",
+    "modalities": "only text output is supported (omit modalities)",
+    "function_call": "deprecated by OpenAI; use tools and tool_choice",
+    "functions": "deprecated by OpenAI; use tools and tool_choice",
+    "logit_bias": "logit_bias is not supported",
+    "prediction": "predicted outputs are not supported",
+    "reasoning_effort": "the served models do not reason",
+    "verbosity": "the served models have no verbosity setting",
+    "web_search_options": "web search is not supported",
+    "moderation": "moderation is not supported",
+    "prompt_cache_options": "prompt caching is automatic (vLLM's prefix cache)",
+    "prompt_cache_retention": "prompt caching is automatic (vLLM's prefix cache)",
+}
+
+
+def _closed_schema(schema: dict[str, Any]) -> None:
+    """Document that undeclared parameters are refused (extra fields are kept to name them)."""
+    schema["additionalProperties"] = False
+
+
+class ChatCompletionRequest(BaseModel):
+    """``POST /v1/chat/completions``: the OpenAI request plus ``agents`` and ``collaboration``.
+
+    Every parameter is honoured or refused: an undeclared one is a 400 naming it
+    (``REFUSED_PARAMETERS`` say why for OpenAI's own). ``user``, ``metadata``,
+    ``safety_identifier`` and ``prompt_cache_key`` identify a request and do not
+    change its output. ``top_k``, ``min_p`` and ``repetition_penalty`` are vLLM's
+    extra sampling parameters.
+    """
+
+    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra=_closed_schema)
 
     model: str | None = None
-    messages: list[ChatMessage]
+    messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     temperature: float | None = None
@@ -105,6 +191,23 @@ class ChatCompletionRequest(BaseModel):
     seed: int | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    top_k: int | None = Field(default=None, description="vLLM: sample from the k most likely")
+    min_p: float | None = Field(default=None, description="vLLM: minimum relative probability")
+    repetition_penalty: float | None = Field(default=None, description="vLLM: >1 penalizes")
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    response_format: ResponseFormat | None = None
+    tools: ToolList | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    user: str | None = Field(default=None, max_length=256)
+    safety_identifier: str | None = Field(default=None, max_length=256)
+    prompt_cache_key: str | None = Field(default=None, max_length=256)
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
     agents: AgentList | None = Field(
         default=None,
         description=(

@@ -121,3 +121,17 @@ def test_non_finite_numbers_are_400(client: TestClient) -> None:
     )
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "temperature"
+
+
+def test_openapi_documents_the_errors_the_server_sends(client: TestClient) -> None:
+    """Validation errors are 400 with one error body; the document says so (no 422)."""
+    schema = client.get("/openapi.json").json()
+    responses = schema["paths"]["/v1/chat/completions"]["post"]["responses"]
+    assert {"200", "400", "401", "413", "429", "500", "503"} <= set(responses)
+    assert "422" not in responses
+    request = schema["components"]["schemas"]["ChatCompletionRequest"]
+    assert request["properties"]["messages"]["minItems"] == 1
+    assert request["additionalProperties"] is False
+    r = client.post("/v1/chat/completions", json={"messages": []})
+    assert r.status_code == 400
+    assert set(r.json()["error"]) == {"message", "type", "param", "code"}

@@ -193,7 +193,7 @@ BAD_INPUTS = [
         "unknown option",
         id="unknown-option",
     ),
-    pytest.param({"messages": []}, "messages", "must not be empty", id="empty-messages"),
+    pytest.param({"messages": []}, "messages", "at least 1 item", id="empty-messages"),
     pytest.param(
         {"messages": [{"role": "user", "content": "   "}]},
         "messages",
@@ -209,9 +209,33 @@ BAD_INPUTS = [
     ),
     pytest.param(
         {"messages": [{"role": "tool", "content": "0"}]},
-        "messages[0].role",
+        "messages[0].tool_call_id",
+        "required",
+        id="tool-message-without-call-id",
+    ),
+    pytest.param(
+        {"messages": [*USER, {"role": "tool", "content": "0", "tool_call_id": "call_x"}]},
+        "messages[1].tool_call_id",
+        "must answer a tool call",
+        id="tool-message-answering-no-call",
+    ),
+    pytest.param(
+        {"messages": USER, "temprature": 0.5},
+        "temprature",
+        "unrecognized request argument",
+        id="unknown-parameter",
+    ),
+    pytest.param(
+        {"messages": USER, "logit_bias": {"1": 5}},
+        "logit_bias",
         "not supported",
-        id="role-not-in-template",
+        id="refused-parameter",
+    ),
+    pytest.param(
+        {"messages": [{"role": "user", "content": "hi", "audio": {"id": "x"}}]},
+        "messages[0].audio",
+        "Extra inputs",
+        id="unknown-message-field",
     ),
     pytest.param(
         {"messages": USER, "max_tokens": "10"},

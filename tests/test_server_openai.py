@@ -247,3 +247,187 @@ def test_graph_through_the_openai_sdk(server: LiveServer) -> None:
     assert {"planner", "coder-1", "coder-2", "reviewer", "final"} <= agents
     nodes = collab["details"]["nodes"]
     assert 1 <= nodes["coder"]["iterations"] <= 3
+
+
+# -- function calling, response formats, logprobs (the default model, constrained) ------------
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 40},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"type": "string", "maxLength": 40}},
+            "required": ["zone"],
+            "additionalProperties": False,
+        },
+    },
+}
+TOOL_PARAMS = {
+    t["function"]["name"]: t["function"]["parameters"]  # type: ignore[index]
+    for t in (WEATHER_TOOL, TIME_TOOL)
+}
+WEATHER_QUESTION = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+
+
+def _valid_calls(choice: Any) -> bool:
+    import jsonschema
+
+    calls = choice.message.tool_calls or []
+    if choice.finish_reason != "tool_calls" or not calls:
+        return False
+    for call in calls:
+        try:
+            jsonschema.validate(
+                json.loads(call.function.arguments), TOOL_PARAMS[call.function.name]
+            )
+        except (ValueError, KeyError, jsonschema.ValidationError):
+            return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "tool_choice",
+    ["required", {"type": "function", "function": {"name": "get_weather"}}],
+    ids=["required", "named"],
+)
+def test_tool_calls_are_valid_20_of_20(server: LiveServer, tool_choice: Any) -> None:
+    client = sync_client(server)
+    choices = []
+    for _ in range(2):
+        done = client.chat.completions.create(
+            model="default",
+            messages=WEATHER_QUESTION,  # type: ignore[arg-type]
+            tools=[WEATHER_TOOL, TIME_TOOL],  # type: ignore[list-item]
+            tool_choice=tool_choice,
+            parallel_tool_calls=False,
+            max_tokens=64,
+            temperature=1.0,
+            n=10,
+        )
+        choices.extend(done.choices)
+    assert sum(_valid_calls(c) for c in choices) == 20
+    if isinstance(tool_choice, dict):
+        assert {c.message.tool_calls[0].function.name for c in choices} == {"get_weather"}
+
+
+def test_a_conversation_continues_after_a_tool_result(server: LiveServer) -> None:
+    client = sync_client(server)
+    first = client.chat.completions.create(
+        model="default",
+        messages=WEATHER_QUESTION,  # type: ignore[arg-type]
+        tools=[WEATHER_TOOL],  # type: ignore[list-item]
+        tool_choice="required",
+        max_tokens=64,
+        temperature=0,
+    )
+    message = first.choices[0].message
+    assert message.tool_calls
+    history = [
+        *WEATHER_QUESTION,
+        message.model_dump(exclude_none=True),
+        *(
+            {"role": "tool", "tool_call_id": call.id, "content": '{"temperature": 21}'}
+            for call in message.tool_calls
+        ),
+    ]
+    follow = client.chat.completions.create(
+        model="default",
+        messages=history,  # type: ignore[arg-type]
+        tools=[WEATHER_TOOL],  # type: ignore[list-item]
+        tool_choice="none",
+        max_tokens=24,
+        temperature=0,
+    )
+    assert follow.choices[0].finish_reason in ("stop", "length")
+    assert follow.choices[0].message.content
+    assert not follow.choices[0].message.tool_calls
+    bridge = next(iter(server.engines.values()))
+    assert "tool" in bridge.chat.template.roles  # SmolLM2's template renders tool turns
+
+
+def test_response_format_json_schema_is_valid_20_of_20(server: LiveServer) -> None:
+    import jsonschema
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "answer": {"enum": ["yes", "no"]},
+            "reason": {"type": "string", "maxLength": 60},
+        },
+        "required": ["answer", "reason"],
+        "additionalProperties": False,
+    }
+    client = sync_client(server)
+    valid = 0
+    for _ in range(2):
+        done = client.chat.completions.create(
+            model="default",
+            messages=QUESTION,  # type: ignore[arg-type]
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "verdict", "schema": schema, "strict": True},
+            },
+            max_tokens=80,
+            temperature=1.0,
+            n=10,
+        )
+        for choice in done.choices:
+            assert choice.finish_reason == "stop", choice.message.content
+            jsonschema.validate(json.loads(choice.message.content or ""), schema)
+            valid += 1
+    assert valid == 20
+
+
+def test_logprobs_are_present_and_consistent(server: LiveServer) -> None:
+    import math
+
+    done = sync_client(server).chat.completions.create(
+        model="default",
+        messages=QUESTION,  # type: ignore[arg-type]
+        max_tokens=12,
+        temperature=1.0,
+        logprobs=True,
+        top_logprobs=4,
+    )
+    choice = done.choices[0]
+    assert choice.logprobs is not None and choice.logprobs.content
+    entries = choice.logprobs.content
+    assert "".join(e.token for e in entries) == choice.message.content
+    for entry in entries:
+        assert entry.logprob <= 0 and len(entry.top_logprobs) == 4
+        tops = [t.logprob for t in entry.top_logprobs]
+        assert tops == sorted(tops, reverse=True)
+        assert sum(math.exp(t) for t in tops) <= 1.0 + 1e-4
+        assert entry.logprob <= tops[0] + 1e-6  # nothing beats the most likely
+        for alt in entry.top_logprobs:
+            if alt.token == entry.token:
+                assert math.isclose(alt.logprob, entry.logprob, abs_tol=1e-4)
+
+
+def test_an_unsupported_parameter_is_a_400_naming_it(server: LiveServer) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        sync_client(server).chat.completions.create(
+            model="default",
+            messages=QUESTION,  # type: ignore[arg-type]
+            logit_bias={"100": 5},
+            max_tokens=4,
+        )
+    assert info.value.status_code == 400
+    assert "logit_bias" in str(info.value.message)

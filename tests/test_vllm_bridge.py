@@ -8,6 +8,7 @@ hits blocks cached by another.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -25,6 +26,7 @@ from microagent.engine_bridge import (
     KVHandle,
     RequestRefused,
     Sampling,
+    TaggedJson,
 )
 from microagent.engine_bridge import _vllm_compat as compat
 from microagent.engine_bridge._vllm import VLLMBridge
@@ -116,6 +118,26 @@ def test_sampling_params_mapping() -> None:
     regex = compat.sampling_params(Sampling(regex="[0-9]+", stop=("\n",)))
     assert regex.structured_outputs.regex == "[0-9]+"
     assert regex.stop == ["\n"]
+    schema = compat.sampling_params(Sampling(json_schema='{"type": "object"}', logprobs=3))
+    assert schema.structured_outputs.json == {"type": "object"} and schema.logprobs == 3
+    assert compat.sampling_params(Sampling(json_object=True)).structured_outputs.json_object
+    tagged = compat.sampling_params(
+        Sampling(tagged=TaggedJson("<c>", '{"type": "object"}', "</c>"))
+    )
+    tag = json.loads(tagged.structured_outputs.structural_tag)
+    assert tag["triggers"] == ["<c>"] and tag["structures"][0]["end"] == "</c>"
+    penalties = compat.sampling_params(
+        Sampling(temperature=1.0, min_p=0.1, presence_penalty=0.5, repetition_penalty=1.1)
+    )
+    assert (penalties.min_p, penalties.presence_penalty, penalties.repetition_penalty) == (
+        0.1,
+        0.5,
+        1.1,
+    )
+    with pytest.raises(ValueError, match="one output constraint"):
+        Sampling(regex="a", json_object=True)
+    with pytest.raises(ValueError, match="JSON"):
+        Sampling(json_schema="{not json")
     assert [compat.map_finish_reason(r) for r in ("stop", "length", "abort", None, "weird")] == [
         "stop",
         "length",
@@ -123,6 +145,20 @@ def test_sampling_params_mapping() -> None:
         None,
         "error",
     ]
+
+
+def test_token_logprobs_from_vllm_sample_logprobs() -> None:
+    from vllm.logprobs import FlatLogprobs, Logprob
+
+    positions = FlatLogprobs()
+    # the sampled token 7 ranked 3rd: it comes with the top 2, as vLLM sends it
+    positions.append({7: Logprob(-2.0, 3), 1: Logprob(-0.5, 1), 2: Logprob(-1.0, 2)})
+    positions.append({1: Logprob(-0.1, 1), 4: Logprob(-3.0, 2)})
+    out = compat.token_logprobs((7, 1), positions, 2)
+    assert [(e.token_id, e.logprob) for e in out] == [(7, -2.0), (1, -0.1)]
+    assert out[0].top == ((1, -0.5), (2, -1.0))
+    assert out[1].top == ((1, -0.1), (4, -3.0))
+    assert compat.token_logprobs((7,), positions, None) == ()
 
 
 # -- basics ---------------------------------------------------------------------------------

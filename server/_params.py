@@ -1,0 +1,104 @@
+"""From request parameters to sampling: each one honoured, or refused with a 400 naming it.
+
+One place decides what happens to every parameter of the OpenAI request:
+``check_parameters`` refuses what is not supported (``REFUSED_PARAMETERS`` and
+anything undeclared), ``sampling_fields`` maps the rest onto ``Sampling``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..engine_bridge import MAX_TOP_LOGPROBS
+from ._errors import bad_request
+from ._schemas import REFUSED_PARAMETERS, ChatCompletionRequest
+from ._tools import check_json_schema
+
+MAX_METADATA_PAIRS = 16
+
+#: Parameters a collaboration does not take (its agents' own fields say how they sample).
+_PLAIN_ONLY = (
+    "logprobs",
+    "top_logprobs",
+    "response_format",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "frequency_penalty",
+    "presence_penalty",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+)
+
+
+def check_parameters(body: ChatCompletionRequest, *, collaboration: bool) -> None:
+    """A 400 naming the first parameter this server does not honour as given."""
+    for name, value in (body.model_extra or {}).items():
+        if value is None:
+            continue  # an explicit null is "not given", as in OpenAI's SDKs
+        reason = REFUSED_PARAMETERS.get(name)
+        if reason is None:
+            raise bad_request(
+                f"unrecognized request argument supplied: {name}", name, "unknown_parameter"
+            )
+        raise bad_request(f"{name}: {reason}", name, "unsupported_parameter")
+    if body.store:
+        raise bad_request("store: completions are not stored by this server", "store")
+    if body.service_tier not in (None, "auto", "default"):
+        raise bad_request('service_tier must be "auto" or "default"', "service_tier")
+    if body.metadata is not None and len(body.metadata) > MAX_METADATA_PAIRS:
+        raise bad_request(f"metadata takes at most {MAX_METADATA_PAIRS} pairs", "metadata")
+    if body.top_logprobs is not None:
+        if not body.logprobs:
+            raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
+        if not 0 <= body.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise bad_request(
+                f"top_logprobs must be in 0..{MAX_TOP_LOGPROBS}, got {body.top_logprobs}",
+                "top_logprobs",
+            )
+    if collaboration:
+        for name in _PLAIN_ONLY:
+            if getattr(body, name) not in (None, False):
+                raise bad_request(
+                    f"{name} applies to plain completions; with agents, set it on the agents "
+                    "or the collaboration (collaboration.answer constrains the answer)",
+                    name,
+                )
+
+
+def sampling_fields(body: ChatCompletionRequest) -> dict[str, Any]:
+    """``Sampling`` keyword arguments for the plain-completion parameters that shape output."""
+    fields: dict[str, Any] = {}
+    for name in ("frequency_penalty", "presence_penalty", "min_p", "repetition_penalty"):
+        value = getattr(body, name)
+        if value is not None:
+            fields[name] = float(value)
+    if body.top_k is not None:
+        if body.top_k < 1 and body.top_k != -1:
+            raise bad_request(f"top_k must be >= 1 (or -1 for all), got {body.top_k}", "top_k")
+        if body.top_k > 0:
+            fields["top_k"] = body.top_k
+    if body.logprobs:
+        fields["logprobs"] = body.top_logprobs or 0
+    fmt = body.response_format
+    if fmt is None or fmt.type == "text":
+        if fmt is not None and fmt.json_schema is not None:
+            raise bad_request(
+                'response_format.json_schema needs type "json_schema"', "response_format.type"
+            )
+        return fields
+    if fmt.type == "json_object":
+        fields["json_object"] = True
+        return fields
+    spec = fmt.json_schema
+    if spec is None:
+        raise bad_request(
+            'response_format.json_schema is required with type "json_schema"',
+            "response_format.json_schema",
+        )
+    schema = spec.schema_ if spec.schema_ is not None else {"type": "object"}
+    check_json_schema(schema, "response_format.json_schema.schema")
+    fields["json_schema"] = json.dumps(schema)
+    return fields

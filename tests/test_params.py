@@ -1,0 +1,224 @@
+"""Every parameter of the openai SDK's ``chat.completions.create`` is honoured or refused.
+
+The list of parameters is read from the installed SDK, so a parameter that a
+new SDK adds fails this test until the server decides what to do with it.
+Honoured parameters are checked for their effect (on the response, or on the
+request the ScriptedEngine received); refused ones get a 400 naming them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import jsonschema
+import pytest
+from microagent.engine_bridge import ScriptedEngine
+from microagent.server._schemas import REFUSED_PARAMETERS
+from openai.resources.chat.completions import Completions
+from test_server_helpers import LiveServer, live_server, scripted
+
+USER = [{"role": "user", "content": "Say something."}]
+SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}, "score": {"type": "integer"}},
+    "required": ["answer", "score"],
+    "additionalProperties": False,
+}
+
+Check = Callable[[dict[str, Any], ScriptedEngine], None]
+
+
+def _sampling(name: str, value: Any) -> Check:
+    def check(_: dict[str, Any], engine: ScriptedEngine) -> None:
+        assert getattr(engine.history[-1].sampling, name) == value
+
+    return check
+
+
+def _content(predicate: Callable[[str], bool]) -> Check:
+    def check(body: dict[str, Any], _: ScriptedEngine) -> None:
+        assert predicate(body["choices"][0]["message"]["content"])
+
+    return check
+
+
+def _logprobs(top: int) -> Check:
+    def check(body: dict[str, Any], _: ScriptedEngine) -> None:
+        content = body["choices"][0]["logprobs"]["content"]
+        assert content
+        text = "".join(entry["token"] for entry in content)
+        assert text == body["choices"][0]["message"]["content"]
+        for entry in content:
+            assert len(entry["top_logprobs"]) == top
+            assert sum(math.exp(t["logprob"]) for t in entry["top_logprobs"]) <= 1.0 + 1e-9
+
+    return check
+
+
+def _ok(_: dict[str, Any], __: ScriptedEngine) -> None:
+    return None
+
+
+def _json_valid(body: dict[str, Any], _: ScriptedEngine) -> None:
+    jsonschema.validate(json.loads(body["choices"][0]["message"]["content"]), SCHEMA)
+
+
+#: parameter -> (a value to send, how its effect is checked); refused ones are in REFUSED
+HONOURED: dict[str, tuple[Any, Check]] = {
+    "messages": (USER, _ok),
+    "model": ("scripted", lambda body, _: None if body["model"] == "scripted" else 1 / 0),
+    "frequency_penalty": (0.5, _sampling("frequency_penalty", 0.5)),
+    "presence_penalty": (-0.5, _sampling("presence_penalty", -0.5)),
+    "logprobs": (True, _sampling("logprobs", 0)),
+    "top_logprobs": (3, _logprobs(3)),
+    "max_completion_tokens": (3, _sampling("max_tokens", 3)),
+    "max_tokens": (5, _sampling("max_tokens", 5)),
+    "n": (2, lambda body, _: None if len(body["choices"]) == 2 else 1 / 0),
+    "response_format": (
+        {"type": "json_schema", "json_schema": {"name": "r", "schema": SCHEMA, "strict": True}},
+        _json_valid,
+    ),
+    "seed": (7, _sampling("seed", 7)),
+    "stop": (["."], _sampling("stop", (".",))),
+    "stream": (False, _ok),
+    "stream_options": (None, _ok),  # checked in test_server_sse with stream=True
+    "temperature": (0.3, _sampling("temperature", 0.3)),
+    "top_p": (0.9, _sampling("top_p", 0.9)),
+    "tools": (None, _ok),  # test_tools.py
+    "tool_choice": (None, _ok),
+    "parallel_tool_calls": (None, _ok),
+    # identification: accepted, changes nothing in the output
+    "user": ("user-1", _ok),
+    "metadata": ({"team": "a"}, _ok),
+    "safety_identifier": ("hash-1", _ok),
+    "prompt_cache_key": ("key-1", _ok),
+    "store": (False, _ok),
+    "service_tier": ("auto", _ok),
+}
+#: the SDK's transport options, not request parameters
+TRANSPORT = {"extra_headers", "extra_query", "extra_body", "timeout"}
+REFUSED: dict[str, Any] = {name: {"x": 1} for name in REFUSED_PARAMETERS}
+REFUSED["modalities"] = ["text", "audio"]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LiveServer]:
+    with live_server(scripted()) as srv:
+        yield srv
+
+
+def post(srv: LiveServer, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=30)
+
+
+def test_every_sdk_parameter_is_classified() -> None:
+    params = set(inspect.signature(Completions.create).parameters) - {"self"} - TRANSPORT
+    unclassified = params - set(HONOURED) - set(REFUSED)
+    assert not unclassified, f"decide what the server does with {sorted(unclassified)}"
+
+
+@pytest.mark.parametrize("name", sorted(HONOURED))
+def test_honoured_parameter_takes_effect(server: LiveServer, name: str) -> None:
+    value, check = HONOURED[name]
+    body: dict[str, Any] = {"model": "scripted", "messages": USER, "max_tokens": 64}
+    if name == "top_logprobs":
+        body["logprobs"] = True
+    body[name] = value
+    r = post(server, body)
+    assert r.status_code == 200, r.text
+    check(r.json(), server.engines["scripted"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_refused_parameter_is_a_400_naming_it(server: LiveServer, name: str) -> None:
+    r = post(server, {"messages": USER, name: REFUSED[name]})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == name and name in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"top_logprobs": 2}, "top_logprobs"),  # without logprobs
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"store": True}, "store"),
+        ({"service_tier": "flex"}, "service_tier"),
+        ({"metadata": {str(i): "v" for i in range(17)}}, "metadata"),
+        ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": 5}},
+                }
+            },
+            "response_format.json_schema.schema",
+        ),
+        ({"response_format": {"type": "xml"}}, "response_format.type"),
+        ({"top_k": 0}, "top_k"),
+        ({"frequency_penalty": 3.0}, None),
+        ({"unknown_thing": 1}, "unknown_thing"),
+    ],
+)
+def test_bad_parameter_values_are_400(
+    server: LiveServer, extra: dict[str, Any], param: str | None
+) -> None:
+    r = post(server, {"messages": USER, **extra})
+    assert r.status_code == 400, r.text
+    if param is not None:
+        assert r.json()["error"]["param"] == param
+
+
+def test_null_means_not_given(server: LiveServer) -> None:
+    r = post(server, {"messages": USER, "max_tokens": 4, "logit_bias": None, "audio": None})
+    assert r.status_code == 200, r.text
+
+
+def test_json_object_reply_is_a_json_object(server: LiveServer) -> None:
+    r = post(server, {"messages": USER, "response_format": {"type": "json_object"}})
+    assert r.status_code == 200, r.text
+    assert isinstance(json.loads(r.json()["choices"][0]["message"]["content"]), dict)
+
+
+def test_vllm_extra_sampling_fields_reach_the_engine(server: LiveServer) -> None:
+    r = post(
+        server,
+        {"messages": USER, "max_tokens": 4, "top_k": 5, "min_p": 0.1, "repetition_penalty": 1.2},
+    )
+    assert r.status_code == 200, r.text
+    sampling = server.engines["scripted"].history[-1].sampling  # type: ignore[attr-defined]
+    assert (sampling.top_k, sampling.min_p, sampling.repetition_penalty) == (5, 0.1, 1.2)
+
+
+@pytest.mark.parametrize("name", ["logprobs", "response_format", "top_k"])
+def test_plain_only_parameters_are_refused_with_agents(server: LiveServer, name: str) -> None:
+    value = {"logprobs": True, "response_format": {"type": "json_object"}, "top_k": 3}[name]
+    body = {
+        "messages": USER,
+        name: value,
+        "agents": [{"name": "a", "count": 2}],
+        "collaboration": {"mode": "vote"},
+    }
+    r = post(server, body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == name
+
+
+def test_streamed_logprobs_cover_the_streamed_text(server: LiveServer) -> None:
+    body = {"messages": USER, "max_tokens": 8, "stream": True, "logprobs": True, "top_logprobs": 2}
+    with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body) as r:
+        lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    text, tokens = "", ""
+    for line in lines[:-1]:
+        choice = json.loads(line)["choices"][0]
+        text += choice["delta"].get("content") or ""
+        for entry in (choice.get("logprobs") or {}).get("content", ()):
+            tokens += entry["token"]
+            assert len(entry["top_logprobs"]) == 2
+    assert text and tokens == text

@@ -1,0 +1,308 @@
+"""Function calling (server/_tools.py): plans, constraints, parsing, streaming, and the API.
+
+The API tests run the official ``openai`` SDK against a live server on the
+ScriptedEngine, whose replies under a JSON constraint are valid documents of
+the schema (``example_instance``); the real-engine counterparts, with the
+default model, are in ``test_server_openai.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import jsonschema
+import openai
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from microagent.engine_bridge import Sampling
+from microagent.server._errors import ApiError
+from microagent.server._tools import (
+    CALL_CLOSE,
+    CALL_OPEN,
+    MAX_PARALLEL_CALLS,
+    CallStream,
+    render_calls,
+    tool_plan,
+)
+from test_server_helpers import LiveServer, live_server, scripted
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, ADD)}  # type: ignore[index]
+USER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+# -- plans --------------------------------------------------------------------------------------
+
+
+def test_required_constrains_the_whole_reply_to_an_array_of_calls() -> None:
+    plan = tool_plan([WEATHER, ADD], "required", None)
+    assert plan is not None and plan.active and plan.whole_reply and plan.parallel
+    sampling = plan.constrain(Sampling())
+    assert sampling.json_schema is not None
+    schema = json.loads(sampling.json_schema)
+    assert schema["type"] == "array" and schema["maxItems"] == MAX_PARALLEL_CALLS
+    good = [{"name": "add", "arguments": {"a": 1, "b": 2}}]
+    jsonschema.validate(good, schema)
+    with pytest.raises(jsonschema.ValidationError):  # a call with another function's arguments
+        jsonschema.validate([{"name": "add", "arguments": {"city": "x"}}], schema)
+
+
+def test_named_function_offers_only_that_function() -> None:
+    choice = {"type": "function", "function": {"name": "add"}}
+    plan = tool_plan([WEATHER, ADD], choice, False)
+    assert plan is not None and plan.named == "add" and not plan.parallel
+    assert [t.name for t in plan.offered()] == ["add"]
+    schema = json.loads(plan.constrain(Sampling()).json_schema or "")
+    assert schema["properties"]["name"] == {"enum": ["add"]}
+    assert "get_weather" not in plan.system_text() and '"add"' in plan.system_text()
+
+
+def test_auto_tags_calls_and_serial_calls_stop_after_the_first() -> None:
+    plan = tool_plan([WEATHER], None, False)
+    assert plan is not None and plan.choice == "auto" and not plan.whole_reply
+    sampling = plan.constrain(Sampling(stop=("END",)))
+    assert sampling.tagged is not None and sampling.tagged.begin == CALL_OPEN
+    assert sampling.stop == ("END", CALL_CLOSE)
+    parallel = tool_plan([WEATHER], "auto", True)
+    assert parallel is not None and parallel.constrain(Sampling()).stop == ()
+
+
+def test_none_offers_nothing_and_parses_nothing() -> None:
+    plan = tool_plan([WEATHER], "none", None)
+    assert plan is not None and not plan.active
+    assert plan.constrain(Sampling()) == Sampling()
+    text = f'{CALL_OPEN}{{"name": "get_weather", "arguments": {{}}}}{CALL_CLOSE}'
+    assert plan.parse(text) == (text, [])
+
+
+def test_parse_auto_reply_splits_content_from_calls() -> None:
+    plan = tool_plan([WEATHER, ADD], "auto", True)
+    assert plan is not None
+    text = (
+        f'Let me check. {CALL_OPEN}{{"name": "add", "arguments": {{"a": 1, "b": 2}}}}{CALL_CLOSE}'
+        f'{CALL_OPEN}{{"name": "get_weather", "arguments": {{"city": "Oslo", "unit": "celsius"}}}}'
+    )  # the second section ends where a stop string cut it
+    content, calls = plan.parse(text)
+    assert content == "Let me check."
+    assert [c["function"]["name"] for c in calls] == ["add", "get_weather"]
+    assert json.loads(calls[1]["function"]["arguments"])["city"] == "Oslo"
+    assert len({c["id"] for c in calls}) == 2
+    assert plan.parse("no calls here") == ("no calls here", [])
+    broken = f"{CALL_OPEN}{{not json"
+    assert plan.parse(broken) == (broken, [])
+
+
+@pytest.mark.parametrize(
+    ("tools", "choice", "param"),
+    [
+        ([], None, "tools"),
+        (None, "required", "tool_choice"),
+        ([{"type": "retrieval"}], None, "tools[0].type"),
+        ([{"type": "function", "function": {"name": "a b"}}], None, "tools[0].function.name"),
+        (
+            [{"type": "function", "function": {"name": "f", "parameters": {"type": 3}}}],
+            None,
+            "tools[0].function.parameters",
+        ),
+        (
+            [{"type": "function", "function": {"name": "f", "extra": 1}}],
+            None,
+            "tools[0].function.extra",
+        ),
+        ([WEATHER, WEATHER], None, "tools"),
+        ([WEATHER], "sometimes", "tool_choice"),
+        ([WEATHER], {"type": "function", "function": {"name": "add"}}, "tool_choice.function.name"),
+        ([WEATHER], {"type": "function"}, "tool_choice"),
+    ],
+)
+def test_bad_tools_name_the_field(tools: Any, choice: Any, param: str) -> None:
+    with pytest.raises(ApiError) as info:
+        tool_plan(tools, choice, None)
+    assert info.value.status == 400 and info.value.param == param
+
+
+def test_render_calls_writes_what_parse_reads() -> None:
+    calls = [{"id": "c1", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}]
+    text = render_calls("Adding.", calls, "messages[1]")
+    plan = tool_plan([ADD], "auto", True)
+    assert plan is not None
+    content, parsed = plan.parse(text)
+    assert content == "Adding."
+    assert json.loads(parsed[0]["function"]["arguments"]) == {"a": 1, "b": 2}
+    with pytest.raises(ApiError) as info:
+        render_calls(None, [{"function": {"name": "add", "arguments": "{x"}}], "messages[1]")
+    assert info.value.param == "messages[1].tool_calls[0].function.arguments"
+
+
+@given(
+    st.text(alphabet="ab <>_/clto", max_size=30),
+    st.lists(st.integers(1, 12), min_size=1, max_size=8),
+)
+def test_call_stream_never_sends_part_of_a_call(prefix: str, cuts: list[int]) -> None:
+    """However the reply is chunked, content sent + held = the text before the first call."""
+    plan = tool_plan([ADD], "auto", True)
+    assert plan is not None
+    call = f'{CALL_OPEN}{{"name": "add", "arguments": {{"a": 1, "b": 2}}}}{CALL_CLOSE}'
+    text = prefix + call
+    stream = CallStream(plan)
+    sent, pos = "", 0
+    for cut in cuts * 20:
+        if pos >= len(text):
+            break
+        sent += stream.feed(text[pos : pos + cut])
+        pos += cut
+    sent += stream.feed(text[pos:])
+    unsent, calls = stream.finish()
+    head = text[: text.index(CALL_OPEN)]
+    assert CALL_OPEN not in sent
+    assert head.startswith(sent)
+    assert (sent + unsent).strip() == head.strip()
+    assert [c["function"]["name"] for c in calls] == ["add"]
+
+
+# -- the API, on the ScriptedEngine ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LiveServer]:
+    with live_server(scripted()) as srv:
+        yield srv
+
+
+def client(srv: LiveServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0)
+
+
+def _check_calls(calls: Any) -> None:
+    assert calls
+    for call in calls:
+        assert call.type == "function" and call.id.startswith("call_")
+        jsonschema.validate(json.loads(call.function.arguments), PARAMS[call.function.name])
+
+
+def test_required_returns_valid_calls_through_the_sdk(server: LiveServer) -> None:
+    done = client(server).chat.completions.create(
+        model="scripted",
+        messages=USER,  # type: ignore[arg-type]
+        tools=[WEATHER, ADD],  # type: ignore[list-item]
+        tool_choice="required",
+        n=3,
+    )
+    for choice in done.choices:
+        assert choice.finish_reason == "tool_calls"
+        assert choice.message.content is None
+        _check_calls(choice.message.tool_calls)
+
+
+def test_named_function_and_the_conversation_continues(server: LiveServer) -> None:
+    sdk = client(server)
+    done = sdk.chat.completions.create(
+        model="scripted",
+        messages=USER,  # type: ignore[arg-type]
+        tools=[WEATHER, ADD],  # type: ignore[list-item]
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        parallel_tool_calls=False,
+    )
+    message = done.choices[0].message
+    assert message.tool_calls is not None and len(message.tool_calls) == 1
+    call = message.tool_calls[0]
+    assert call.function.name == "get_weather"  # type: ignore[union-attr]
+    _check_calls(message.tool_calls)
+    follow = sdk.chat.completions.create(
+        model="scripted",
+        messages=[
+            *USER,
+            message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": '{"temp": 21}'},
+        ],  # type: ignore[list-item]
+        tools=[WEATHER, ADD],  # type: ignore[list-item]
+        tool_choice="none",
+    )
+    assert follow.choices[0].finish_reason == "stop"
+    assert follow.choices[0].message.content
+    prompt = server.engines["scripted"].history[-1].prompt  # type: ignore[attr-defined]
+    text = server.engines["scripted"].detokenize(prompt.token_ids)
+    assert '<|im_start|>tool\n<tool_response>\n{"temp": 21}' in text
+    assert '"name": "get_weather"' in text
+
+
+def test_auto_calls_when_the_model_writes_the_tag(server: LiveServer) -> None:
+    done = client(server).chat.completions.create(
+        model="scripted",
+        messages=USER,  # type: ignore[arg-type]
+        tools=[WEATHER],  # type: ignore[list-item]
+    )
+    choice = done.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    _check_calls(choice.message.tool_calls)
+    prompt = server.engines["scripted"].history[-1].prompt  # type: ignore[attr-defined]
+    assert "<tools>" in server.engines["scripted"].detokenize(prompt.token_ids)
+
+
+def test_streamed_tool_calls_assemble_in_the_sdk(server: LiveServer) -> None:
+    stream = client(server).chat.completions.create(
+        model="scripted",
+        messages=USER,  # type: ignore[arg-type]
+        tools=[WEATHER, ADD],  # type: ignore[list-item]
+        tool_choice="required",
+        stream=True,
+    )
+    calls: dict[int, dict[str, str]] = {}
+    reasons = []
+    for chunk in stream:
+        for choice in chunk.choices:
+            assert not choice.delta.content  # a whole-reply call streams no text
+            for delta in choice.delta.tool_calls or ():
+                entry = calls.setdefault(delta.index, {"name": "", "arguments": ""})
+                assert delta.function is not None
+                entry["name"] += delta.function.name or ""
+                entry["arguments"] += delta.function.arguments or ""
+            if choice.finish_reason:
+                reasons.append(choice.finish_reason)
+    assert reasons == ["tool_calls"]
+    assert calls
+    for entry in calls.values():
+        jsonschema.validate(json.loads(entry["arguments"]), PARAMS[entry["name"]])
+
+
+def test_tools_with_agents_are_refused(server: LiveServer) -> None:
+    r = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        json={
+            "messages": USER,
+            "tools": [WEATHER],
+            "agents": [{"name": "a", "count": 2}],
+            "collaboration": {"mode": "vote"},
+        },
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
