@@ -20,7 +20,7 @@ from pathlib import Path
 
 import anyio
 from microagent import AgentSpec, EngineBridge, Outcome, VLLMBridge, collaborate
-from microagent.server import LiveView, summary_table
+from microagent.server import LiveView, open_engines, quiet_engine_logs, summary_table
 
 HERE = Path(__file__).parent
 DEFAULT_FILE = HERE / "data" / "inventory.py"
@@ -76,10 +76,13 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reviewers", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    parser.add_argument("--verbose", action="store_true", help="show vLLM's and torch's logs")
     args = parser.parse_args(argv)
+    quiet_engine_logs(args.verbose)  # their logs go to a file unless --verbose
     source = args.file.read_text()
-    print(f"starting the engine (default model) and reviewing {args.file.name} ...", flush=True)
-    async with VLLMBridge("default") as engine:
+    print(f"reviewing {args.file.name} with {args.reviewers} reviewers", flush=True)
+    engine = VLLMBridge("default")
+    async with open_engines([engine]) as started:  # progress while the engine starts
         view = LiveView(sys.stdout)
         t0 = time.monotonic()
         outcome = await review(
@@ -96,7 +99,7 @@ async def main(argv: list[str] | None = None) -> int:
         print(json.dumps(outcome.to_dict(), indent=2))
     else:
         print()
-        print(summary_table(outcome, seconds))
+        print(summary_table(outcome, seconds, engine_seconds=started.seconds))
         print(f"\nbug found by the vote: {outcome.details.get('decision')}")
     return 0
 

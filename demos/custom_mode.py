@@ -31,6 +31,7 @@ from microagent import (
     handles,
     register_mode,
 )
+from microagent.server import open_engines, quiet_engine_logs
 
 
 @attrs.frozen
@@ -103,8 +104,11 @@ async def run(engine: EngineBridge, question: str, *, on_event: object = None) -
 
 
 async def main() -> int:
-    question = sys.argv[1] if len(sys.argv) > 1 else "What is 17 * 3?"
-    async with VLLMBridge("default") as engine:
+    words = [a for a in sys.argv[1:] if a != "--verbose"]
+    question = words[0] if words else "What is 17 * 3?"
+    quiet_engine_logs("--verbose" in sys.argv)  # vLLM's and torch's logs go to a file
+    engine = VLLMBridge("default")
+    async with open_engines([engine]):
         outcome = await run(
             engine,
             question,

@@ -13,6 +13,7 @@ import sys
 
 import anyio
 from microagent import AgentSpec, EngineBridge, Outcome, VLLMBridge, collaborate
+from microagent.server import open_engines, quiet_engine_logs
 
 PROBLEMS = [
     ("Tom has 3 apples and buys 4 more. How many apples does he have?", "7"),
@@ -50,8 +51,11 @@ def show(event: object) -> None:
 async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=2)
+    parser.add_argument("--verbose", action="store_true", help="show vLLM's and torch's logs")
     args = parser.parse_args(argv)
-    async with VLLMBridge("default") as engine:
+    quiet_engine_logs(args.verbose)  # vLLM's and torch's logs go to a file unless --verbose
+    engine = VLLMBridge("default")
+    async with open_engines([engine]):
         for problem, expected in PROBLEMS[: args.problems]:
             print(f"\n{problem}  (expected {expected})")
             outcome = await solve(engine, problem, on_event=show)

@@ -26,6 +26,7 @@ from microagent import (
     collaborate,
     load_roles,
 )
+from microagent.server import open_engines, quiet_engine_logs
 
 HERE = Path(__file__).parent
 TASK = "Write a Python function is_palindrome(s) that ignores case and spaces."
@@ -80,7 +81,8 @@ async def main(task: str, as_json: bool) -> int:
         elif e.type in ("loop", "branch_pruned"):
             print(f"   [{e.type}] {e.data}", flush=True)
 
-    async with VLLMBridge("default") as engine:
+    engine = VLLMBridge("default")
+    async with open_engines([engine]):
         outcome = await review(engine, task, on_event=on_event)
     if as_json:
         print(json.dumps(outcome.to_dict(), indent=2))
@@ -98,5 +100,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default=TASK)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--verbose", action="store_true", help="show vLLM's and torch's logs")
     args = parser.parse_args()
+    quiet_engine_logs(args.verbose)  # vLLM's and torch's logs go to a file unless --verbose
     sys.exit(anyio.run(main, args.task, args.json, backend="asyncio"))

@@ -14,6 +14,7 @@ import sys
 
 import anyio
 from microagent import EngineBridge, Outcome, VLLMBridge, json_schema_validator, reflect
+from microagent.server import open_engines, quiet_engine_logs
 
 SCHEMA = {
     "type": "object",
@@ -54,7 +55,9 @@ def show(event: object) -> None:
 
 
 async def main() -> int:
-    async with VLLMBridge("default") as engine:
+    quiet_engine_logs("--verbose" in sys.argv)  # vLLM's and torch's logs go to a file
+    engine = VLLMBridge("default")
+    async with open_engines([engine]):
         outcome = await extract(engine, on_event=show)
     print(f"\nfinal answer: {outcome.answer}")
     print(f"valid: {outcome.details.get('valid')}  rounds: {outcome.rounds}")

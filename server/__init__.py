@@ -1,17 +1,24 @@
 """The OpenAI-compatible HTTP server and the ``microagent`` command line.
 
 ``create_app(engines)`` builds the FastAPI app over already-built engine
-bridges; ``microagent serve`` builds vLLM bridges and runs it on uvloop.
+bridges (with the browser view at ``/ui``); ``microagent serve`` builds vLLM
+bridges and runs it on uvloop. ``quiet_engine_logs``, ``open_engines`` and
+``LiveView`` make a quiet terminal for scripts that start an engine.
 """
 
 from .._public import publish as _publish
 from ._app import ServerLimits as ServerLimits
 from ._app import collaboration_response as collaboration_response
 from ._app import create_app as create_app
-from ._cli import LiveView as LiveView
-from ._cli import summary_table as summary_table
 from ._errors import ApiError as ApiError
+from ._live import LiveView as LiveView
+from ._live import summary_table as summary_table
 from ._metrics import ServerMetrics as ServerMetrics
+from ._progress import EngineStart as EngineStart
+from ._progress import EngineStartFailed as EngineStartFailed
+from ._progress import open_engines as open_engines
+from ._quiet import EngineLog as EngineLog
+from ._quiet import quiet_engine_logs as quiet_engine_logs
 from ._schemas import ChatCompletionRequest as ChatCompletionRequest
 from ._schemas import CollaborationModel as CollaborationModel
 from ._sse import EventBuffer as EventBuffer
@@ -20,12 +27,17 @@ __all__ = [
     "ApiError",
     "ChatCompletionRequest",
     "CollaborationModel",
+    "EngineLog",
+    "EngineStart",
+    "EngineStartFailed",
     "EventBuffer",
     "LiveView",
     "ServerLimits",
     "ServerMetrics",
     "collaboration_response",
     "create_app",
+    "open_engines",
+    "quiet_engine_logs",
     "summary_table",
 ]
 

@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -32,9 +33,12 @@ from ..engine_bridge import (
     ModelPreparationError,
     ScriptedEngine,
     VLLMBridge,
-    open_bridges,
-    prepare_model,
+    resolve_model,
 )
+from ._live import LiveView as LiveView
+from ._live import summary_table as summary_table
+from ._progress import EngineStartFailed, open_engines, showing
+from ._quiet import EngineLog, log_level, quiet_engine_logs
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -115,11 +119,21 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="any other vLLM AsyncEngineArgs field (VALUE parsed as JSON when it can be)",
     )
+    _add_verbose(g)
     g.add_argument(
         "--engine",
         choices=("vllm", "scripted"),
         default="vllm",
         help="'scripted' runs the deterministic ScriptedEngine test double (no model)",
+    )
+
+
+def _add_verbose(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show vLLM's, torch's and transformers' own log lines and warnings "
+        "(default: kept in a log file; also MICROAGENT_LOG=info|debug)",
     )
 
 
@@ -162,7 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="accept the python_tests validator (runs client code here; trusted clients only)",
     )
-    serve.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
+    serve.add_argument(
+        "--log-level",
+        default=None,
+        help="uvicorn log level (default: warning, or info with --verbose)",
+    )
 
     run = sub.add_parser(
         "run",
@@ -203,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument(
         "model", nargs="?", default="default", help="'default', a local dir or a hub id"
     )
+    _add_verbose(prepare)
     return parser
 
 
@@ -233,173 +252,76 @@ def make_bridges(args: argparse.Namespace) -> list[EngineBridge]:
     return bridges
 
 
+# -- output --------------------------------------------------------------------------------
+
+
+def _quiet(args: argparse.Namespace, bridges: Sequence[EngineBridge]) -> EngineLog:
+    """Quiet the engine libraries before any engine starts (only real engines are noisy)."""
+    if any(isinstance(b, VLLMBridge) for b in bridges):
+        return quiet_engine_logs(args.verbose or None)
+    return EngineLog(verbose=True)
+
+
+def _start_error(exc: EngineStartFailed, log: EngineLog) -> CliError:
+    return CliError(log.explain(str(exc)))
+
+
+def _async_run(fn: Callable[..., Any], *args: Any) -> Any:
+    return anyio.run(
+        fn, *args, backend="asyncio", backend_options={"use_uvloop": sys.platform != "win32"}
+    )
+
+
 # -- serve -------------------------------------------------------------------------------
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from ._app import ServerLimits, create_app
 
     bridges = make_bridges(args)
+    log = _quiet(args, bridges)
     limits = ServerLimits(
         max_concurrent_collaborations=args.max_concurrent_collaborations,
         max_total_agents=args.max_agents,
         max_agents_per_spec=args.max_agents_per_spec,
         allow_code_validators=args.allow_code_validators,
     )
-    app = create_app(
-        {b.model: b for b in bridges}, api_key=args.api_key, limits=limits, open_engines=True
-    )
-    loop = "uvloop" if sys.platform != "win32" else "asyncio"
-    config = uvicorn.Config(
-        app, host=args.host, port=args.port, loop=loop, log_level=args.log_level
-    )
-    uvicorn.Server(config).run()
+    app = create_app({b.model: b for b in bridges}, api_key=args.api_key, limits=limits)
+    level = args.log_level or ("info" if log.verbose else "warning")
+    try:
+        _async_run(_serve, args, app, bridges, level)
+    except EngineStartFailed as exc:
+        raise _start_error(exc, log) from None
     return 0
+
+
+async def _serve(
+    args: argparse.Namespace, app: Any, bridges: Sequence[EngineBridge], level: str
+) -> None:
+    """Open the engines (with progress) on this loop, then serve until stopped."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                base = f"http://{args.host}:{args.port}"
+                print(
+                    f"microagent serving {', '.join(b.model for b in bridges)} on {base}/v1"
+                    f"  ·  live view: {base}/ui  (Ctrl-C stops)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    async with open_engines(bridges):
+        config = uvicorn.Config(app, host=args.host, port=args.port, log_level=level)
+        await Server(config).serve()
 
 
 # -- run ---------------------------------------------------------------------------------
 
 
-class LiveView:
-    """Shows a collaboration as it happens: one status line per agent, votes, pruning.
-
-    On a terminal the agent lines are redrawn in place; otherwise each event
-    (but token deltas) is printed as one line, so logs stay readable.
-    """
-
-    def __init__(self, out: TextIO, *, tty: bool | None = None, width: int = 100) -> None:
-        self.out = out
-        self.tty = out.isatty() if tty is None else tty
-        self.width = width
-        self.agents: dict[str, dict[str, Any]] = {}
-        self.votes: dict[str, int] = {}
-        self.events: list[dict[str, Any]] = []
-        self._drawn = 0
-        self._last_draw = 0.0
-
-    def __call__(self, event: Any) -> None:
-        data = event.to_dict()
-        self.events.append(data)
-        name = event.agent
-        kind = event.type
-        if name is not None:
-            agent = self.agents.setdefault(name, {"status": "waiting", "text": ""})
-            if kind == "agent_started":
-                agent["status"] = "running"
-            elif kind == "delta":
-                agent["text"] += str(data.get("text", ""))
-            elif kind == "agent_finished":
-                agent["status"] = f"done ({data.get('finish_reason', 'stop')})"
-            elif kind == "pruned":
-                agent["status"] = "pruned"
-        if kind == "vote":
-            votes = data.get("votes")
-            if isinstance(votes, dict):
-                self.votes = {str(k): int(v) for k, v in votes.items()}
-            elif data.get("answer") is not None:
-                self.votes[str(data["answer"])] = self.votes.get(str(data["answer"]), 0) + 1
-        if self.tty:
-            now = time.monotonic()
-            if kind != "delta" or now - self._last_draw > 0.1:
-                self._last_draw = now
-                self._draw()
-        elif kind != "delta":
-            self._line(kind, name, data)
-
-    def _line(self, kind: str, name: str | None, data: dict[str, Any]) -> None:
-        who = f"[{name}] " if name else ""
-        if kind == "agent_finished":
-            text = self.agents.get(name or "", {}).get("text", "")
-            tokens = ""
-            if "prompt_tokens" in data:
-                tokens = (
-                    f" [{data.get('label', 'turn')}: {data['prompt_tokens']} prompt tokens, "
-                    f"{data.get('cached_tokens', 0)} cached, "
-                    f"{data.get('completion_tokens', 0)} generated]"
-                )
-            detail = f"{data.get('finish_reason', 'stop')}{tokens}: {_one_line(text, 60)}"
-        elif kind == "vote":
-            detail = f"{data.get('answer')!r} -> {json.dumps(data.get('votes', self.votes))}"
-        elif kind == "final":
-            detail = _one_line(str(data.get("answer", "")), 80)
-        else:
-            skip = {
-                "type",
-                "agent",
-                "time",
-                "text",
-                "usage",
-                "sent_at",
-                "submitted",
-                "first_token",
-                "finished",
-                "request_id",
-                "expected_cached_tokens",
-                "cache_miss",
-            }
-            detail = " ".join(
-                f"{k}={round(v, 2) if isinstance(v, float) else v}"
-                for k, v in data.items()
-                if k not in skip and v is not None
-            )
-        print(f"{who}{kind} {detail}".rstrip(), file=self.out, flush=True)
-
-    def _draw(self) -> None:
-        lines = [
-            f"{name:<16} {info['status']:<16} "
-            f"{_one_line(info['text'][-(self.width - 36) :], self.width - 36)}"
-            for name, info in self.agents.items()
-        ]
-        if self.votes:
-            lines.append("votes: " + ", ".join(f"{k}={v}" for k, v in sorted(self.votes.items())))
-        if self._drawn:
-            self.out.write(f"\x1b[{self._drawn}F")
-        for line in lines:
-            self.out.write("\x1b[2K" + line + "\n")
-        self.out.flush()
-        self._drawn = len(lines)
-
-    def finish(self) -> None:
-        if self.tty:
-            self._draw()
-
-
-def _one_line(text: str, limit: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else "…" + flat[-(limit - 1) :]
-
-
-def summary_table(outcome: Any, seconds: float) -> str:
-    """The answer, a small token table (computed, cached, generated, saved) and the time."""
-    u = outcome.usage
-    computed = u.prompt_tokens - u.cached_tokens
-    pruned = sum(1 for a in outcome.agents if a.finish_reason == "pruned")
-    rows = [
-        ("prompt tokens computed", computed),
-        ("prompt tokens cached", u.cached_tokens),
-        ("completion tokens", u.completion_tokens),
-        ("completion tokens saved", u.saved_completion_tokens),
-        ("agents pruned", pruned),
-    ]
-    lines = [f"answer: {outcome.answer}"]
-    if outcome.votes:
-        lines.append("votes:  " + ", ".join(f"{k}={v}" for k, v in outcome.votes.items()))
-    lines.append(
-        f"mode: {outcome.mode}  rounds: {outcome.rounds}  early stop: {outcome.early_stopped}"
-    )
-    lines += [f"  {label:<26}{value:>8}" for label, value in rows]
-    lines.append(f"  {'time':<26}{seconds:>7.2f}s")
-    return "\n".join(lines)
-
-
-async def _run_collaboration(
-    args: argparse.Namespace, bridges: Sequence[EngineBridge], out: TextIO
-) -> int:
-    from ._app import collaboration_response
-
-    bridge = bridges[0]
+def _messages(args: argparse.Namespace) -> list[dict[str, str]]:
     messages: list[dict[str, str]] = []
     if args.context_file is not None:
         try:
@@ -410,6 +332,10 @@ async def _run_collaboration(
             ) from None
         messages.append({"role": "system", "content": context_text})
     messages.append({"role": "user", "content": args.question})
+    return messages
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {"max_tokens": args.max_tokens, "early_stop": not args.no_early_stop}
     if args.choices:
         choices = [c.strip() for c in args.choices.split(",") if c.strip()]
@@ -418,12 +344,23 @@ async def _run_collaboration(
         options["rounds"] = args.rounds
     if args.temperature is not None:
         options["temperature"] = args.temperature
+    return options
+
+
+async def _run_collaboration(
+    args: argparse.Namespace, bridges: Sequence[EngineBridge], out: TextIO
+) -> int:
+    from ._app import collaboration_response
+
+    bridge = bridges[0]
+    messages = _messages(args)
+    options = _options(args)
     agents = [AgentSpec(name=DEFAULT_AGENT_NAMES.get(args.mode, "agent"), count=args.agents)]
     view = LiveView(out if not args.json else sys.stderr, tty=None if not args.json else False)
     recorder = TraceRecorder(forward=view)
-    started = time.monotonic()
-    async with open_bridges(bridges):
+    async with open_engines(bridges) as started:
         context = bridge.chat.context(messages)
+        t0 = time.monotonic()
         outcome = await collaborate(
             bridge,
             args.mode,
@@ -433,9 +370,9 @@ async def _run_collaboration(
             on_event=recorder,
             **options,
         )
+        seconds = time.monotonic() - t0
+        view.finish()
     recorder.set_outcome(outcome)
-    seconds = time.monotonic() - started
-    view.finish()
     if args.trace is not None:  # Chrome / Perfetto trace-event JSON, one track per actor
         recorder.write_trace(args.trace)
         print(f"trace written to {args.trace}", file=sys.stderr)
@@ -445,37 +382,38 @@ async def _run_collaboration(
     if args.json:
         print(json.dumps(collaboration_response(outcome, bridge.model), indent=2), file=out)
     else:
-        print(summary_table(outcome, seconds), file=out)
+        engine = started.seconds if any(isinstance(b, VLLMBridge) for b in bridges) else None
+        print(summary_table(outcome, seconds, engine_seconds=engine), file=out)
     return 0
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     bridges = make_bridges(args)
+    log = _quiet(args, bridges)
     try:
-        return anyio.run(
-            _run_collaboration,
-            args,
-            bridges,
-            out,
-            backend="asyncio",
-            backend_options={"use_uvloop": sys.platform != "win32"},
-        )
+        return int(_async_run(_run_collaboration, args, bridges, out))
     except InvalidCollaboration as exc:
         raise CliError(f"invalid collaboration: {exc}") from None
+    except EngineStartFailed as exc:
+        raise _start_error(exc, log) from None
     except (CollaborationFailed, EngineBridgeError) as exc:
-        raise CliError(f"collaboration failed: {exc}") from None
+        raise CliError(log.explain(f"collaboration failed: {exc}")) from None
 
 
 # -- prepare -------------------------------------------------------------------------------
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
+    t0 = time.monotonic()
     try:
-        path = prepare_model(args.model)
+        with showing(f"preparing the model {args.model}"), warnings.catch_warnings():
+            if log_level(args.verbose or None) == "quiet":  # converting loads transformers
+                warnings.simplefilter("ignore")
+            path = resolve_model(args.model, progress=False)
     except ModelPreparationError as exc:
         raise CliError(str(exc)) from None
-    print(f"prepared {args.model!r}: {path}")
+    print(f"prepared {args.model!r} in {time.monotonic() - t0:.1f} s: {path}")
     return 0
 
 

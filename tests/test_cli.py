@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -153,3 +155,97 @@ def test_python_dash_m_microagent() -> None:
     )
     assert done.returncode == 0
     assert "--context-file" in done.stdout
+
+
+# -- the real engine: a quiet terminal by default, the libraries' own output with --verbose ------
+
+#: A line vLLM, torch or transformers would print: vLLM's prefixed log records, Python
+#: warnings, c10's C++ warnings, Triton notices and the weight-loading progress bar.
+LIBRARY_LINE = re.compile(
+    r"\((?:EngineCore|MainProcess|Worker|VllmWorker)[^)]*pid=\d+\)"
+    r"|^(?:INFO|WARNING|DEBUG|ERROR) \d\d-\d\d "
+    r"|\b(?:Future|User|Deprecation|Runtime)Warning\b"
+    r"|^\[W\d{4} "
+    r"|Triton is installed"
+    r"|Loading safetensors",
+    re.MULTILINE,
+)
+
+
+def _run_real(*extra: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(
+            ("VLLM_LOGGING", "VLLM_CONFIGURE", "MICROAGENT_LOG", "MICROAGENT_ENGINE")
+        )
+        and k not in ("PYTHONWARNINGS", "TQDM_DISABLE", "TORCH_CPP_LOG_LEVEL")
+    }
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("microagent")),
+            "run",
+            "Is 17 a prime number?",
+            "--choices",
+            "yes,no",
+            "--agents",
+            "3",
+            "--max-tokens",
+            "4",
+            "--max-num-seqs",
+            "4",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=540,  # ~30 s alone; minutes when other engines share the two cores
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _times(out: str) -> tuple[float, float]:
+    collab = re.search(r"collaboration time\s+([\d.]+)s", out)
+    engine = re.search(r"engine start\s+([\d.]+)s", out)
+    assert collab and engine, out
+    return float(collab[1]), float(engine[1])
+
+
+@pytest.mark.engine
+def test_run_on_the_real_engine_is_quiet_and_times_the_engine_apart() -> None:
+    done = _run_real()
+    both = done.stdout + done.stderr
+    assert LIBRARY_LINE.findall(both) == [], both[-3000:]
+    assert "answer: " in done.stdout and "[voter-1] agent_started" in done.stdout
+    assert "engine ready: SmolLM2-135M-Instruct" in done.stderr
+    collaboration, engine = _times(done.stdout)
+    assert engine > collaboration  # starting vLLM takes seconds, this vote a fraction
+    log = re.search(r"engine log: (\S+)", done.stderr)
+    assert log is None  # nothing failed, so nothing pointed at the log
+
+
+@pytest.mark.engine
+def test_run_verbose_shows_the_libraries_output() -> None:
+    done = _run_real("--verbose")
+    both = done.stdout + done.stderr
+    found = LIBRARY_LINE.findall(both)
+    assert any("EngineCore" in line for line in found), both[-3000:]
+    _times(done.stdout)
+
+
+def test_engine_errors_are_one_line_with_the_cause(tmp_path: Path) -> None:
+    from microagent.server._quiet import EngineLog
+
+    log_file = tmp_path / "engine.log"
+    log_file.write_text(
+        "12:00 EngineCore pid=1 ERROR [vllm] EngineCore failed to start.\n"
+        "Traceback (most recent call last):\n"
+        '  File "core.py", line 1, in run\n'
+        "ValueError: max_model_len 99999 is larger than the model allows\n"
+        "12:00 MainProcess pid=1 INFO [vllm] shutting down\n"
+    )
+    line = EngineLog(verbose=False, path=log_file).explain("starting the engine failed")
+    assert "\n" not in line
+    assert "ValueError: max_model_len 99999" in line and str(log_file) in line
+    assert EngineLog(verbose=True).explain("x") == "x"
