@@ -10,9 +10,10 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.microagent-installed-$(EXTRA)
 # Where the CPU build of torch lies on this machine kind; elsewhere pip uses its index.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 FIND_LINKS := $(if $(wildcard /opt/wheels/*.whl),--find-links /opt/wheels,)
 
-.PHONY: install demo test lint typecheck prepare bench clean
+.PHONY: install demo test lint typecheck prepare browser bench clean
 
 install: $(STAMP)
 
@@ -42,7 +43,15 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
-test: prepare lint
+# The browser view's end-to-end test drives Debian's chromium (never `playwright install`:
+# it downloads a browser build of its own).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian's chromium for the browser test"; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+test: prepare lint browser
 	$(VENV)/bin/pytest
 
 bench: prepare

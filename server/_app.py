@@ -55,6 +55,7 @@ from ._params import check_parameters, sampling_fields
 from ._schemas import ChatCompletionRequest
 from ._sse import DONE, EventBuffer, SSEResponse, StreamItem
 from ._tools import CallStream, ToolPlan, render_calls, render_result, tool_plan
+from ._ui import add_ui
 
 T = TypeVar("T")
 
@@ -136,6 +137,7 @@ def create_app(
     app = FastAPI(title=title, version="0.1.0", lifespan=lifespan)
     app.state.microagent = state
     app.add_middleware(Guard, api_key=api_key, max_body_bytes=state.limits.max_body_bytes)
+    add_ui(app)  # the browser view at /ui (static files; it uses the API like any client)
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> Response:

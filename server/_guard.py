@@ -13,6 +13,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ._errors import ApiError
 
 _OPEN_PATHS = frozenset({"/health"})
+#: The browser view's static files hold no data: a browser must load them before it can
+#: send a key (``GET`` only). Everything the page then asks the API carries the key.
+_OPEN_PAGES = "/ui"
 
 
 class Guard:
@@ -31,11 +34,7 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if (
-            self.api_key is not None
-            and scope["path"] not in _OPEN_PATHS
-            and not self._authorized(scope)
-        ):
+        if self.api_key is not None and not _is_open(scope) and not self._authorized(scope):
             await _send_error(
                 ApiError(
                     401,
@@ -92,6 +91,14 @@ class Guard:
         scheme, _, token = value.partition(" ")
         given = token.strip().encode() if scheme.lower() == "bearer" else b""
         return hmac.compare_digest(given, self.api_key)
+
+
+def _is_open(scope: Scope) -> bool:
+    path: str = scope["path"]
+    if path in _OPEN_PATHS:
+        return True
+    page = path == _OPEN_PAGES or path.startswith(_OPEN_PAGES + "/")
+    return page and scope["method"] in ("GET", "HEAD")
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

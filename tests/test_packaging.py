@@ -70,6 +70,8 @@ def test_wheel_holds_only_the_microagent_package(wheel: Path) -> None:
         assert f"microagent/{sub}/__init__.py" in names
     assert "microagent/collab/modes/_vote.py" in names
     assert "microagent/py.typed" in names
+    for asset in ("index.html", "app.js", "style.css"):  # the browser view at /ui
+        assert f"microagent/server/ui/{asset}" in names
     assert not any("/tests/" in n or n.startswith("microagent/tests") for n in names)
 
 
