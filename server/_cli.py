@@ -287,7 +287,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         allow_code_validators=args.allow_code_validators,
     )
     app = create_app({b.model: b for b in bridges}, api_key=args.api_key, limits=limits)
-    level = args.log_level or ("info" if log.verbose else "warning")
+    quiet = log_level(args.verbose or None) == "quiet"
+    level = args.log_level or ("warning" if quiet else "info")
     try:
         _async_run(_serve, args, app, bridges, level)
     except EngineStartFailed as exc:

@@ -28,6 +28,7 @@ LOG_ENV = "MICROAGENT_LOG"
 
 _CHILD_ENV = "MICROAGENT_ENGINE_LOG"  # tells the engine's own processes where to log
 _KEEP_LOGS = 8
+_MAX_MESSAGE = 400
 _LIBRARY_LOGGERS = ("vllm", "torch", "transformers", "huggingface_hub", "accelerate")
 _QUIET_ENV = {
     "PYTHONWARNINGS": "ignore",  # the engine's own processes start with no library warnings
@@ -66,6 +67,9 @@ class EngineLog:
 
     def explain(self, message: str) -> str:
         """``message`` with the engine's own cause and where its full log is, on one line."""
+        message = " ".join(message.split())  # a multi-line error (pydantic's) on one line
+        if len(message) > _MAX_MESSAGE:
+            message = message[: _MAX_MESSAGE - 1] + "…"
         cause = self.last_error()
         if cause and cause not in message:
             message = f"{message} (engine: {cause})"

@@ -249,3 +249,4 @@ def test_engine_errors_are_one_line_with_the_cause(tmp_path: Path) -> None:
     assert "\n" not in line
     assert "ValueError: max_model_len 99999" in line and str(log_file) in line
     assert EngineLog(verbose=True).explain("x") == "x"
+    assert EngineLog(verbose=True).explain("bad value\n  for field\n") == "bad value for field"
