@@ -75,6 +75,10 @@ from ._tally import Tally as Tally
 from ._tally import all_agree as all_agree
 from ._tally import majority as majority
 from ._tally import normalize_answer as normalize_answer
+from ._tools import Tool as Tool
+from ._tools import ToolInput as ToolInput
+from ._tools import ToolOutcome as ToolOutcome
+from ._tools import agent_tool_plan as agent_tool_plan
 from ._validators import Validator as Validator
 from ._validators import Verdict as Verdict
 from ._validators import json_schema_validator as json_schema_validator
@@ -133,6 +137,9 @@ __all__ = [
     "ServicePolicy",
     "Tally",
     "Target",
+    "Tool",
+    "ToolInput",
+    "ToolOutcome",
     "TraceRecorder",
     "Turn",
     "TurnDone",
@@ -141,6 +148,7 @@ __all__ = [
     "Verdict",
     "agent_field_rules",
     "agent_json_schema",
+    "agent_tool_plan",
     "aggregate",
     "all_agree",
     "bridge_for_spec",

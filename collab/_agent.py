@@ -9,14 +9,23 @@ output handle — which the operator forwards to other roles' mailboxes.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
 from ..actors import Actor, ActorRef
-from ..engine_bridge import EngineBridge, GenerationResult, KVHandle, Retain, Sampling
+from ..engine_bridge import (
+    EngineBridge,
+    GenerationResult,
+    KVHandle,
+    Retain,
+    Sampling,
+    render_tool_result,
+)
 from ._outcome import AgentRecord
 from ._spec import AgentSpec
+from ._tools import DEFAULT_MAX_TOOL_STEPS, AgentToolChoice, Tool, agent_tool_plan, run_calls
 
 
 @attrs.frozen
@@ -77,8 +86,16 @@ class RoleActor(Actor):
         delta_events: bool = True,
         retention_key: str | None = None,
         group: str | None = None,
+        tools: Mapping[str, Tool] | None = None,
+        max_tool_steps: int = DEFAULT_MAX_TOOL_STEPS,
+        tool_choice: AgentToolChoice = "auto",
     ) -> None:
         super().__init__()
+        self.tools = dict(tools or {})
+        self.max_tool_steps = max_tool_steps
+        self._plan = agent_tool_plan(self.tools) if self.tools else None
+        # "required": the first step of each free turn is a call (then the model chooses)
+        self._first_plan = agent_tool_plan(self.tools, tool_choice) if self.tools else None
         self.agent = agent
         self.spec = spec
         self.bridge = bridge
@@ -134,12 +151,73 @@ class RoleActor(Actor):
         if self.pruned:  # no checkpoint between this test and the request's registration
             record.finish_reason = "pruned"
             return TurnDone(self.agent, None, skipped=True)
+        plan = self._plan if not turn.sampling.constrained else None
+        if plan is None:  # constrained steps (answers) make no tool calls
+            return await self._generate(turn, turn.prompt, turn.sampling, keep=turn.keep)
+        prompt = turn.prompt
+        for step in range(self.max_tool_steps + 1):
+            last = step == self.max_tool_steps
+            step_plan = self._first_plan if step == 0 and self._first_plan else plan
+            sampling = turn.sampling if last else step_plan.constrain(turn.sampling)
+            done = await self._generate(turn, prompt, sampling, keep=turn.keep or not last)
+            result = done.result
+            if last or result is None or result.finish_reason != "stop" or self.pruned:
+                return done
+            _, calls = step_plan.parse(result.content)
+            if not calls:
+                return done
+            prompt = await self._call_tools(turn, result.handle, calls)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _call_tools(
+        self, turn: Turn, handle: KVHandle, calls: Sequence[Mapping[str, Any]]
+    ) -> KVHandle:
+        """Run the calls and return the thread with their results and a new assistant opening.
+
+        The thread's KV stays retained (the step that made the calls kept it), so
+        the next step computes only the results' tokens.
+        """
+        for call in calls:
+            fn = call["function"]
+            await self._emit(
+                "tool_call",
+                self.agent,
+                label=turn.label,
+                round=turn.round,
+                call_id=call["id"],
+                name=fn["name"],
+                arguments=fn["arguments"],
+            )
+        outcomes = await run_calls(self.tools, calls)
+        self.record.tool_calls += len(calls)
+        chat = self.bridge.chat
+        thread = chat.close_turn(handle)
+        role = "tool" if "tool" in chat.template.roles else "user"
+        for call, outcome in zip(calls, outcomes, strict=True):
+            await self._emit(
+                "tool_result",
+                self.agent,
+                label=turn.label,
+                round=turn.round,
+                call_id=call["id"],
+                name=call["function"]["name"],
+                ok=outcome.ok,
+                output=outcome.text[:500],
+                duration=outcome.duration,
+            )
+            thread = chat.append(thread, role, render_tool_result(outcome.text))
+        return chat.generation_prompt(thread)
+
+    async def _generate(
+        self, turn: Turn, prompt: KVHandle, sampling: Sampling, *, keep: bool
+    ) -> TurnDone:
+        record = self.record
         submitted = self._clock()
         first_token: float | None = None
-        retain = Retain(self.retention_key) if turn.keep and self.retention_key else None
+        retain = Retain(self.retention_key) if keep and self.retention_key else None
         async with self.bridge.stream(
-            turn.prompt,
-            turn.sampling,
+            prompt,
+            sampling,
             adapter=self.spec.adapter,
             priority=turn.priority,
             retain=retain,

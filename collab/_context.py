@@ -23,6 +23,7 @@ from ._outcome import AgentRecord, CollaborationEvent, event
 from ._scheduling import ServicePolicy
 from ._spec import AgentSpec
 from ._tally import normalize_answer
+from ._tools import DEFAULT_MAX_TOOL_STEPS, AgentToolChoice, Tool
 
 #: A caller's event sink: a plain or an async function of each event.
 EventCallback = Callable[[CollaborationEvent], Awaitable[None] | None]
@@ -52,8 +53,14 @@ class CollaborationContext(Generic[C]):
         scope: ActorScope,
         on_event: EventCallback | None,
         scheduling: ServicePolicy | None = None,
+        tools: Mapping[str, Tool] | None = None,
+        max_tool_steps: int = DEFAULT_MAX_TOOL_STEPS,
+        tool_choice: AgentToolChoice = "auto",
     ) -> None:
         self.op = op
+        self.tools = dict(tools or {})
+        self.max_tool_steps = max_tool_steps
+        self.tool_choice: AgentToolChoice = tool_choice
         self.scheduling = scheduling if scheduling is not None else ServicePolicy()
         self.mode = op.name
         self.config = config
@@ -190,6 +197,9 @@ class CollaborationContext(Generic[C]):
             clock=self.now,
             retention_key=f"{self.retention_prefix}{agent}",
             group=self.group,
+            tools=self.tools,
+            max_tool_steps=self.max_tool_steps,
+            tool_choice=self.tool_choice,
         )
         # temporary: a role that fails is recorded as failed, never silently restarted
         ref = self._scope.spawn(lambda: actor, name=agent, restart=RestartKind.TEMPORARY)

@@ -27,6 +27,8 @@ EventType = Literal[
     "node_finished",
     "loop",
     "branch_pruned",
+    "tool_call",
+    "tool_result",
     "final",
 ]
 BUILTIN_EVENTS: Final[frozenset[str]] = frozenset(get_args(EventType))
@@ -71,6 +73,7 @@ class AgentRecord:
     completion_tokens: int = 0
     requests: int = 0
     messages: int = 0
+    tool_calls: int = 0
     round: int | None = None
     answer: str | None = None
     error: str | None = None
@@ -89,6 +92,8 @@ class AgentRecord:
             "cached_tokens": self.cached_tokens,
             "completion_tokens": self.completion_tokens,
         }
+        if self.tool_calls:
+            out["tool_calls"] = self.tool_calls
         optional = {
             "answer": self.answer,
             "round": self.round,

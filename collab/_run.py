@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import anyio
 import attrs
 
 from ..actors import Runtime
-from ..engine_bridge import EngineBridge, EngineDied, KVHandle
+from ..engine_bridge import EngineBridge, EngineDied, KVHandle, with_tool_instructions
 from ._config import ModeConfig, build_config
 from ._context import CollaborationContext, EventCallback, bridge_for_spec
 from ._errors import CollaborationFailed, InvalidCollaboration
@@ -27,6 +27,13 @@ from ._outcome import Outcome, Usage
 from ._registry import default_registry
 from ._scheduling import ServicePolicy
 from ._spec import AgentInput, AgentSpec
+from ._tools import (
+    DEFAULT_MAX_TOOL_STEPS,
+    AgentToolChoice,
+    ToolInput,
+    agent_tool_plan,
+    as_tools,
+)
 
 #: The task: one user message, chat messages, or a handle already composed.
 ContextInput = str | Sequence[Mapping[str, object]] | KVHandle
@@ -142,6 +149,9 @@ async def collaborate(
     max_agents: int = DEFAULT_MAX_AGENTS,
     registry: ModeRegistry | None = None,
     scheduling: ServicePolicy | None = None,
+    tools: Iterable[ToolInput] | None = None,
+    max_tool_steps: int = DEFAULT_MAX_TOOL_STEPS,
+    tool_choice: AgentToolChoice = "auto",
     **options: object,
 ) -> Outcome:
     """Run one collaboration on ``engine`` and return its outcome.
@@ -159,6 +169,12 @@ async def collaborate(
         registry: where a mode name is looked up (default: the default registry).
         scheduling: how its requests are prioritised against other collaborations'
             (default ``ServicePolicy()``: least attained service, critical path, aging).
+        tools: functions (or ``Tool``s) every agent may call on its free-text turns;
+            each call runs in the loop and its result is appended to the agent's
+            thread (see ``collab/_tools.py``). Needs a text or message ``context``.
+        max_tool_steps: rounds of tool calls one turn may make before it must answer.
+        tool_choice: ``"auto"`` (the model decides) or ``"required"`` (each free turn
+            starts with a call: small models that never call on their own still do).
         **options: the mode's config (``early_stop``, ``rounds``, ``answer``…).
 
     Cancelling the calling task cancels every role actor and aborts every
@@ -179,7 +195,20 @@ async def collaborate(
     all_engines = {engine.model: engine, **dict(engines or {})}
     for spec in prepared.agents:  # unknown models and adapters fail before anything runs
         bridge_for_spec(spec, engine, all_engines)
+    toolbox = as_tools(tools)
+    if max_tool_steps < 0:
+        raise InvalidCollaboration("max_tool_steps", f"must be >= 0, got {max_tool_steps}")
+    if tool_choice not in ("auto", "required"):
+        raise InvalidCollaboration(
+            "tool_choice", f'must be "auto" or "required", got {tool_choice!r}'
+        )
     messages = _messages(context)
+    if toolbox:
+        if isinstance(context, KVHandle):
+            raise InvalidCollaboration(
+                "tools", "tools need a text or message context (their description goes first)"
+            )
+        messages = tuple(with_tool_instructions(messages, agent_tool_plan(toolbox)))
     handle = context if isinstance(context, KVHandle) else engine.chat.context(list(messages))
 
     async def run_in(rt: Runtime) -> Outcome | None:
@@ -206,6 +235,9 @@ async def collaborate(
                 scope=scope,
                 on_event=on_event,
                 scheduling=scheduling,
+                tools=toolbox,
+                max_tool_steps=max_tool_steps,
+                tool_choice=tool_choice,
             )
             try:
                 result = await prepared.op.run(ctx)

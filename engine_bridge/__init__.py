@@ -32,6 +32,13 @@ from ._retention import Retain as Retain
 from ._retention import RetentionStats as RetentionStats
 from ._scripted import ScriptedEngine as ScriptedEngine
 from ._tokenizer import ToyTokenizer as ToyTokenizer
+from ._tool_calls import FunctionTool as FunctionTool
+from ._tool_calls import ToolCallStream as ToolCallStream
+from ._tool_calls import ToolChoice as ToolChoice
+from ._tool_calls import ToolPlan as ToolPlan
+from ._tool_calls import render_tool_calls as render_tool_calls
+from ._tool_calls import render_tool_result as render_tool_result
+from ._tool_calls import with_tool_instructions as with_tool_instructions
 from ._types import MAX_TOP_LOGPROBS as MAX_TOP_LOGPROBS
 from ._types import EngineStats as EngineStats
 from ._types import FinishReason as FinishReason
@@ -57,6 +64,7 @@ __all__ = [
     "EngineStep",
     "EngineUnavailable",
     "FinishReason",
+    "FunctionTool",
     "Generation",
     "GenerationResult",
     "HandleMismatch",
@@ -74,13 +82,19 @@ __all__ = [
     "Timings",
     "TokenDelta",
     "TokenLogprob",
+    "ToolCallStream",
+    "ToolChoice",
+    "ToolPlan",
     "ToyTokenizer",
     "UnknownAdapter",
     "VLLMBridge",
     "make_random_lora",
     "open_bridges",
     "prepare_model",
+    "render_tool_calls",
+    "render_tool_result",
     "resolve_model",
+    "with_tool_instructions",
 ]
 
 _publish(globals(), __name__)

@@ -193,6 +193,7 @@ class VLLMBridge(EngineBridge):
             "scheduling_policy": self.scheduling_policy,
             # Our stat logger is given explicitly; vLLM's own periodic log stays off.
             "disable_log_stats": True,
+            **compat.structured_outputs_engine_args(),
         }
         if self.max_model_len is not None:
             args["max_model_len"] = self.max_model_len
@@ -429,6 +430,8 @@ class VLLMBridge(EngineBridge):
             if compat.is_engine_dead(exc) or compat.engine_errored(engine):
                 self._on_engine_dead(engine, exc)
                 raise EngineDied(exc, epoch) from exc
+            if first and isinstance(exc, ValueError):  # vLLM's input validation (a schema)
+                raise RequestRefused("sampling", str(exc).splitlines()[0][:300]) from exc
             raise
         finally:
             with contextlib.suppress(BaseException):

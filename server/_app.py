@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import attrs
@@ -32,7 +32,9 @@ from ..collab import (
     InvalidCollaboration,
     Outcome,
     PreparedCollaboration,
+    Tool,
     agent_field_rules,
+    agent_tool_plan,
     collaborate,
     prepare_collaboration,
 )
@@ -44,8 +46,12 @@ from ..engine_bridge import (
     KVHandle,
     RequestRefused,
     Sampling,
+    ToolCallStream,
+    ToolPlan,
     UnknownAdapter,
     open_bridges,
+    render_tool_result,
+    with_tool_instructions,
 )
 from ._errors import ApiError, bad_request, error_responses
 from ._guard import Guard
@@ -54,7 +60,7 @@ from ._metrics import ServerMetrics
 from ._params import check_parameters, sampling_fields
 from ._schemas import ChatCompletionRequest
 from ._sse import DONE, EventBuffer, SSEResponse, StreamItem
-from ._tools import CallStream, ToolPlan, render_calls, render_result, tool_plan
+from ._tools import history_calls, tool_plan
 from ._ui import add_ui
 
 T = TypeVar("T")
@@ -99,6 +105,7 @@ class _State:
     limits: ServerLimits
     metrics: ServerMetrics
     created: int
+    tools: dict[str, Tool] = attrs.Factory(dict)
     collaborations: int = 0
     requests: int = 0
 
@@ -110,6 +117,7 @@ def create_app(
     limits: ServerLimits | None = None,
     open_engines: bool = False,
     title: str = "microagent",
+    tools: Iterable[Tool] = (),
 ) -> FastAPI:
     """The OpenAI-compatible app serving ``engines`` (served model id -> bridge).
 
@@ -121,10 +129,18 @@ def create_app(
         open_engines: open the bridges on startup and close them on shutdown
             (``microagent serve``); otherwise the caller owns their lifecycle.
         title: the OpenAPI title.
+        tools: the tools a collaboration may give its agents (``collaboration.tools``
+            names them); nothing else can run here.
     """
     if not engines:
         raise ValueError("serve at least one engine")
-    state = _State(dict(engines), limits or ServerLimits(), ServerMetrics(), int(time.time()))
+    state = _State(
+        dict(engines),
+        limits or ServerLimits(),
+        ServerMetrics(),
+        int(time.time()),
+        tools={t.name: t for t in tools},
+    )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -282,7 +298,7 @@ def _messages(body: ChatCompletionRequest, plan: ToolPlan | None = None) -> list
                     f"{where}.tool_calls: only assistant messages make tool calls",
                     f"{where}.tool_calls",
                 )
-            text = render_calls(text, message.tool_calls, where)
+            text = history_calls(text, message.tool_calls, where)
             call_ids.update(str(c.get("id")) for c in message.tool_calls if isinstance(c, dict))
         if role == "tool":
             if message.tool_call_id is None:
@@ -296,7 +312,7 @@ def _messages(body: ChatCompletionRequest, plan: ToolPlan | None = None) -> list
                     f"assistant message (no call has id {message.tool_call_id!r})",
                     f"{where}.tool_call_id",
                 )
-            text = render_result(text)
+            text = render_tool_result(text)
         elif message.tool_call_id is not None:
             raise bad_request(
                 f"{where}.tool_call_id belongs to tool messages", f"{where}.tool_call_id"
@@ -304,12 +320,8 @@ def _messages(body: ChatCompletionRequest, plan: ToolPlan | None = None) -> list
         out.append({"role": role, "content": text})
     if all(not m["content"].strip() for m in out):
         raise bad_request("messages must contain some text", "messages")
-    if plan is not None and plan.active:
-        tools = plan.system_text()
-        if out[0]["role"] == "system":
-            out[0] = {"role": "system", "content": f"{out[0]['content']}\n\n{tools}".lstrip()}
-        else:
-            out.insert(0, {"role": "system", "content": tools})
+    if plan is not None:
+        return with_tool_instructions(out, plan)
     return out
 
 
@@ -713,7 +725,7 @@ def _stream_completion(
 
     async def one(index: int) -> None:
         buffer.put(chunk(index, {"role": "assistant", "content": ""}))
-        calls = CallStream(plan) if plan is not None else None
+        calls = ToolCallStream(plan) if plan is not None else None
         async with bridge.stream(prompt, sampling) as gen:
             async for delta in gen:
                 text = bridge.chat.content(delta.text)
@@ -832,15 +844,19 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
             else f"collaboration.{exc.field}"
         )
         raise bad_request(f"{field}: {exc.reason}", field) from None
+    tools = _server_tools(state, body)
     messages = _messages(body)
+    if tools:  # the description goes first; collaborate composes the context itself
+        messages = with_tool_instructions(messages, agent_tool_plan({t.name: t for t in tools}))
     release = _reserve(state, collaboration=True)
     handed = False
     try:
         _check_engine_queue(state, bridges)
-        context = await _compose(bridge, messages)
+        composed = await _compose(bridge, messages)
+        context: KVHandle | list[dict[str, str]] = messages if tools else composed
         per_agent = [s.max_tokens for s in specs if s.max_tokens is not None]
         budget = max([int(options.get("max_tokens", 256)), *per_agent])
-        _check_length(bridge, len(context) + 16, budget)
+        _check_length(bridge, len(composed) + 16, budget)
         stamp = _Stamp.new(bridge.model)
         engines = {name: b for name, b in state.engines.items()}
         for b in state.engines.values():
@@ -848,12 +864,12 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
         if body.stream:
             handed = True
             return _stream_collaboration(
-                state, bridge, engines, body, prepared, context, stamp, release
+                state, bridge, engines, body, prepared, context, stamp, release, tools
             )
         try:
             outcome = await _until_disconnect(
                 request,
-                lambda: _run_collaboration(state, bridge, engines, prepared, context, None),
+                lambda: _run_collaboration(state, bridge, engines, prepared, context, None, tools),
             )
         except _ClientGone:  # counted as cancelled by _run_collaboration
             return Response(status_code=499)
@@ -861,6 +877,33 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
         if not handed:
             release()
     return JSONResponse(collaboration_response(outcome, stamp.model, stamp.id, stamp.created))
+
+
+def _server_tools(state: _State, body: ChatCompletionRequest) -> list[Tool]:
+    """The server tools ``collaboration.tools`` names (a 400 for any this server lacks)."""
+    names = body.collaboration.tools if body.collaboration is not None else None
+    tools: list[Tool] = []
+    for i, name in enumerate(names or ()):
+        tool = state.tools.get(name)
+        if tool is None:
+            raise bad_request(
+                f"collaboration.tools[{i}]: no server tool named {name!r} "
+                f"(this server has: {sorted(state.tools)})",
+                f"collaboration.tools[{i}]",
+                "tool_not_found",
+            )
+        if tool not in tools:
+            tools.append(tool)
+    if not tools and body.collaboration is not None and body.collaboration.tool_choice:
+        raise bad_request(
+            "collaboration.tool_choice needs collaboration.tools", "collaboration.tool_choice"
+        )
+    return tools
+
+
+def _tool_choice(body: ChatCompletionRequest) -> Literal["auto", "required"]:
+    collab = body.collaboration
+    return "auto" if collab is None or collab.tool_choice is None else collab.tool_choice
 
 
 def collaboration_response(
@@ -900,14 +943,24 @@ async def _run_collaboration(
     bridge: EngineBridge,
     engines: Mapping[str, EngineBridge],
     prepared: PreparedCollaboration,
-    context: KVHandle,
+    context: KVHandle | list[dict[str, str]],
     on_event: EventCallback | None,
+    tools: Sequence[Tool] = (),
+    tool_choice: Literal["auto", "required"] = "auto",
 ) -> Outcome:
     """Run one validated collaboration and count it; errors come out as ``ApiError``."""
     metrics = state.metrics
     mode = prepared.op.name
     try:
-        outcome = await collaborate(bridge, prepared, context, engines=engines, on_event=on_event)
+        outcome = await collaborate(
+            bridge,
+            prepared,
+            context,
+            engines=engines,
+            on_event=on_event,
+            tools=tools,
+            tool_choice=tool_choice,
+        )
     except InvalidCollaboration as exc:
         metrics.inc("microagent_collaborations_total", mode=mode, status="invalid")
         raise bad_request(f"{exc.field}: {exc.reason}", exc.field) from None
@@ -944,9 +997,10 @@ def _stream_collaboration(
     engines: Mapping[str, EngineBridge],
     body: ChatCompletionRequest,
     prepared: PreparedCollaboration,
-    context: KVHandle,
+    context: KVHandle | list[dict[str, str]],
     stamp: _Stamp,
     release: Callable[[], None],
+    tools: Sequence[Tool] = (),
 ) -> Response:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     buffer = EventBuffer(state.limits.max_sse_buffer)
@@ -996,7 +1050,9 @@ def _stream_collaboration(
 
     async def produce(buf: EventBuffer) -> None:
         try:
-            outcome = await _run_collaboration(state, bridge, engines, prepared, context, on_event)
+            outcome = await _run_collaboration(
+                state, bridge, engines, prepared, context, on_event, tools, _tool_choice(body)
+            )
         except ApiError as exc:
             buf.put(_fixed(exc.body()))
             buf.put(_fixed(DONE))

@@ -177,6 +177,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept the python_tests validator (runs client code here; trusted clients only)",
     )
     serve.add_argument(
+        "--tool",
+        action="append",
+        default=[],
+        metavar="NAME=MODULE:FUNCTION",
+        help="a Python function agents may call (collaboration.tools names it); repeatable",
+    )
+    serve.add_argument(
         "--log-level",
         default=None,
         help="uvicorn log level (default: warning, or info with --verbose)",
@@ -277,6 +284,13 @@ def _async_run(fn: Callable[..., Any], *args: Any) -> Any:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from ._app import ServerLimits, create_app
+    from ._tools import load_tool
+
+    try:  # before any engine starts: a bad --tool fails at once
+        tools = [load_tool(spec) for spec in args.tool]
+    except ValueError as exc:
+        print(f"microagent serve: {exc}", file=sys.stderr)
+        return 2
 
     bridges = make_bridges(args)
     log = _quiet(args, bridges)
@@ -286,7 +300,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_agents_per_spec=args.max_agents_per_spec,
         allow_code_validators=args.allow_code_validators,
     )
-    app = create_app({b.model: b for b in bridges}, api_key=args.api_key, limits=limits)
+    app = create_app(
+        {b.model: b for b in bridges}, api_key=args.api_key, limits=limits, tools=tools
+    )
     quiet = log_level(args.verbose or None) == "quiet"
     level = args.log_level or ("warning" if quiet else "info")
     try:

@@ -46,8 +46,9 @@ def _graph_properties(schema: dict[str, Any]) -> None:
         )
     schema["description"] = (
         "How the agents collaborate; mode-specific options ride along as extra fields "
-        "(vote: style, wave; reflect: validator; cascade: verify; "
-        "graph: nodes, edges, entry, output)."
+        "(vote: style, wave, answer_tokens, debias [off|order|labels], "
+        "adaptive [off|beta|window], confidence; reflect: validator; cascade: verify; "
+        "graph: nodes, edges, entry, output). ``tools`` names server tools the agents may call."
     )
 
 
@@ -57,6 +58,14 @@ class CollaborationModel(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, json_schema_extra=_graph_properties)
 
     mode: str = Field(min_length=1, max_length=128)
+    tools: list[str] | None = Field(
+        default=None,
+        description="Server tools (microagent serve --tool) every agent may call, run in the loop.",
+    )
+    tool_choice: Literal["auto", "required"] | None = Field(
+        default=None,
+        description='With tools: "required" starts each free-text turn with a call.',
+    )
     early_stop: bool = True
     rounds: int | None = None
     answer: AnswerModel | None = None

@@ -9,7 +9,7 @@ expected cached tokens are every full block of it (≥ its length − 128), and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from _engine import RealEngine
@@ -243,3 +243,52 @@ def test_graph_planner_coders_reviewer_loop(real_engine: RealEngine) -> None:
         e for e in events if e.type == "agent_finished" and str(e.agent).startswith("coder")
     ]
     assert coder_turns and all(not e.data["cache_miss"] for e in coder_turns)
+
+
+def test_agents_call_a_python_tool_in_the_loop(real_engine: RealEngine) -> None:
+    """Each debater's first step is a constrained call; the result joins its thread, cached.
+
+    The argument is an enum: free integers let the 135M model write digits until
+    its budget runs out (seen), a bounded schema is how tools should be declared.
+    """
+    calls: list[str] = []
+
+    def population(city: Literal["Paris", "Lyon", "Nice"]) -> str:
+        """The population of a French city."""
+        calls.append(city)
+        return {"Paris": "2.1 million", "Lyon": "0.5 million", "Nice": "0.3 million"}[city]
+
+    events: list[CollaborationEvent] = []
+
+    async def go() -> Outcome:
+        return await collaborate(
+            real_engine.bridge,
+            "debate",
+            [{"role": "user", "content": "How many people live in Lyon?"}],
+            [AgentSpec("analyst", count=2)],
+            rounds=1,
+            max_tokens=40,
+            tools=[population],
+            tool_choice="required",
+            max_tool_steps=1,
+            on_event=events.append,
+        )
+
+    outcome = real_engine.call(go)
+    real_engine.assert_idle()
+    assert len(calls) == 2 and set(calls) <= {"Paris", "Lyon", "Nice"}
+    assert sum(r.tool_calls for r in outcome.agents) == 2
+    results = [e for e in events if e.type == "tool_result"]
+    assert len(results) == 2 and all(
+        e.data["ok"] and "million" in e.data["output"] for e in results
+    )
+    answers = [
+        e
+        for e in events
+        if e.type == "agent_finished" and e.data.get("finish_reason") in ("stop", "length")
+    ]
+    # the step after the call extends the retained call step: only the result is computed
+    followups = answers[2:]
+    assert followups
+    for e in followups:
+        assert e.data["cached_tokens"] >= e.data["expected_cached_tokens"] > 0, e.data

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import anyio
 import anyio.from_thread
 import httpx
 import uvicorn
+from microagent.collab import Tool
 from microagent.engine_bridge import EngineBridge
 from microagent.engine_bridge._scripted import ScriptedEngine
 from microagent.server import ServerLimits, create_app
@@ -62,6 +63,7 @@ def live_server(
     api_key: str | None = None,
     limits: ServerLimits | None = None,
     open_engines: bool = True,
+    tools: Sequence[Tool] = (),
 ) -> Iterator[LiveServer]:
     """Serve ``make_engines()`` on 127.0.0.1 until the block ends."""
     with contextlib.ExitStack() as stack:
@@ -71,7 +73,7 @@ def live_server(
         async def build() -> tuple[Any, Mapping[str, EngineBridge]]:
             engines = make_engines()
             return create_app(
-                engines, api_key=api_key, limits=limits, open_engines=open_engines
+                engines, api_key=api_key, limits=limits, open_engines=open_engines, tools=tools
             ), engines
 
         app, engines = portal.call(build)

@@ -1,4 +1,4 @@
-"""Function calling (server/_tools.py): plans, constraints, parsing, streaming, and the API.
+"""Function calling (engine_bridge/_tool_calls.py, server/_tools.py): plans, parsing, the API.
 
 The API tests run the official ``openai`` SDK against a live server on the
 ScriptedEngine, whose replies under a JSON constraint are valid documents of
@@ -18,16 +18,10 @@ import openai
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from microagent.engine_bridge import Sampling
+from microagent.engine_bridge import RequestRefused, Sampling, ToolCallStream, render_tool_calls
+from microagent.engine_bridge._tool_calls import CALL_CLOSE, CALL_OPEN, MAX_PARALLEL_CALLS
 from microagent.server._errors import ApiError
-from microagent.server._tools import (
-    CALL_CLOSE,
-    CALL_OPEN,
-    MAX_PARALLEL_CALLS,
-    CallStream,
-    render_calls,
-    tool_plan,
-)
+from microagent.server._tools import tool_plan
 from test_server_helpers import LiveServer, live_server, scripted
 
 WEATHER = {
@@ -153,15 +147,15 @@ def test_bad_tools_name_the_field(tools: Any, choice: Any, param: str) -> None:
 
 def test_render_calls_writes_what_parse_reads() -> None:
     calls = [{"id": "c1", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}]
-    text = render_calls("Adding.", calls, "messages[1]")
+    text = render_tool_calls("Adding.", calls, "messages[1]")
     plan = tool_plan([ADD], "auto", True)
     assert plan is not None
     content, parsed = plan.parse(text)
     assert content == "Adding."
     assert json.loads(parsed[0]["function"]["arguments"]) == {"a": 1, "b": 2}
-    with pytest.raises(ApiError) as info:
-        render_calls(None, [{"function": {"name": "add", "arguments": "{x"}}], "messages[1]")
-    assert info.value.param == "messages[1].tool_calls[0].function.arguments"
+    with pytest.raises(RequestRefused) as refused:
+        render_tool_calls(None, [{"function": {"name": "add", "arguments": "{x"}}], "messages[1]")
+    assert refused.value.field == "messages[1].tool_calls[0].function.arguments"
 
 
 @given(
@@ -174,7 +168,7 @@ def test_call_stream_never_sends_part_of_a_call(prefix: str, cuts: list[int]) ->
     assert plan is not None
     call = f'{CALL_OPEN}{{"name": "add", "arguments": {{"a": 1, "b": 2}}}}{CALL_CLOSE}'
     text = prefix + call
-    stream = CallStream(plan)
+    stream = ToolCallStream(plan)
     sent, pos = "", 0
     for cut in cuts * 20:
         if pos >= len(text):
@@ -306,3 +300,65 @@ def test_tools_with_agents_are_refused(server: LiveServer) -> None:
         },
     )
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
+
+
+# -- server tools for agents (collaboration.tools) -------------------------------------------
+
+
+def lookup(city: str) -> str:
+    """The population of a city."""
+    return f"{city}: 2 million"
+
+
+@pytest.fixture(scope="module")
+def tool_server() -> Iterator[LiveServer]:
+    from microagent.collab import Tool
+
+    with live_server(scripted(), tools=[Tool.from_function(lookup)]) as srv:
+        yield srv
+
+
+def test_agents_call_server_tools_and_the_stream_shows_it(tool_server: LiveServer) -> None:
+    body = {
+        "messages": [{"role": "user", "content": "How many people live in Lyon?"}],
+        "max_tokens": 32,
+        "stream": True,
+        "agents": [{"name": "analyst", "count": 2}],
+        "collaboration": {"mode": "debate", "rounds": 1, "tools": ["lookup"]},
+    }
+    with httpx.stream("POST", f"{tool_server.url}/v1/chat/completions", json=body, timeout=30) as r:
+        assert r.status_code == 200
+        lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    events = [json.loads(line).get("collaboration_event") or {} for line in lines[:-1]]
+    calls = [e for e in events if e.get("type") == "tool_call"]
+    results = [e for e in events if e.get("type") == "tool_result"]
+    assert calls and len(results) == len(calls)
+    assert all(e["name"] == "lookup" for e in calls)
+    assert all(e["ok"] and "2 million" in e["output"] for e in results)
+    assert any(e.get("type") == "final" for e in events)
+
+
+def test_an_unregistered_server_tool_is_a_400(tool_server: LiveServer) -> None:
+    r = httpx.post(
+        f"{tool_server.url}/v1/chat/completions",
+        json={
+            "messages": USER,
+            "agents": [{"name": "a", "count": 2}],
+            "collaboration": {"mode": "debate", "tools": ["lookup", "rm_rf"]},
+        },
+    )
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == "collaboration.tools[1]" and "rm_rf" in error["message"]
+
+
+def test_load_tool_from_a_module_path() -> None:
+    from microagent.server._tools import load_tool
+
+    tool = load_tool("pop=test_tools:lookup")
+    assert tool.name == "pop" and tool.parameters["required"] == ["city"]
+    assert tool.description == "The population of a city."
+    for bad in ("nameonly", "x=os", "x=no_such_module:f", "x=os:no_such_attr", "x=os:sep"):
+        with pytest.raises(ValueError, match="--tool"):
+            load_tool(bad)

@@ -1,0 +1,262 @@
+"""Tool calls on a model that was never trained for them: described, constrained, parsed.
+
+The request's ``tools`` are described to the model in its system turn, in the
+Hermes format that open models share (``<tools>…</tools>``, calls written as
+``<tool_call>{"name": …, "arguments": {…}}</tool_call>``), and the engine's
+structured outputs make every call valid JSON against its function's
+``parameters`` schema, so even the 135M default model emits calls a client
+can execute:
+
+* ``tool_choice="required"`` or a named function: the whole reply is a call
+  (a JSON array of calls when ``parallel_tool_calls``), under ``json_schema``.
+* ``"auto"``: the model writes text freely; once it writes ``<tool_call>``,
+  the section up to ``</tool_call>`` is constrained (vLLM's structural tags).
+* ``"none"``: the tools are not described and nothing is parsed.
+
+An assistant message with ``tool_calls`` and a ``tool`` message in the history
+are rendered back in the same format, so a conversation continues after a
+tool result.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from ._errors import RequestRefused
+from ._types import Sampling, TaggedJson
+
+CALL_OPEN = "<tool_call>"
+CALL_CLOSE = "</tool_call>"
+#: the most calls one reply may make when ``parallel_tool_calls`` (a bound for tiny models)
+MAX_PARALLEL_CALLS = 8
+
+ToolChoice = Literal["none", "auto", "required", "named"]
+
+
+@attrs.frozen
+class FunctionTool:
+    """One ``{"type": "function", "function": {...}}`` entry of ``tools``."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any] = attrs.field(hash=False)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
+        }
+
+
+@attrs.frozen
+class ToolPlan:
+    """How one request uses its tools: which are offered, how calls are constrained."""
+
+    tools: tuple[FunctionTool, ...]
+    choice: ToolChoice
+    named: str | None = None
+    parallel: bool = True
+
+    @property
+    def active(self) -> bool:
+        """Whether the model may call a tool at all."""
+        return bool(self.tools) and self.choice != "none"
+
+    @property
+    def whole_reply(self) -> bool:
+        """Whether the reply is nothing but calls (``required`` or a named function)."""
+        return self.choice in ("required", "named")
+
+    def offered(self) -> tuple[FunctionTool, ...]:
+        if self.choice == "named":
+            return tuple(t for t in self.tools if t.name == self.named)
+        return self.tools
+
+    def system_text(self) -> str:
+        """The tool description the model reads in its system turn."""
+        listing = "\n".join(json.dumps(t.describe()) for t in self.offered())
+        return (
+            "You may call functions to help with the user's request. The functions are "
+            f"described inside <tools></tools>:\n<tools>\n{listing}\n</tools>\n"
+            "To call a function, write a JSON object with its name and arguments inside "
+            f'{CALL_OPEN}{CALL_CLOSE} tags: {CALL_OPEN}{{"name": <function-name>, '
+            f'"arguments": <arguments-object>}}{CALL_CLOSE}'
+        )
+
+    def call_schema(self) -> dict[str, Any]:
+        """The JSON schema of one call to one of the offered functions."""
+        branches = [
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"enum": [t.name]},
+                    "arguments": dict(t.parameters) or {"type": "object"},
+                },
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+            for t in self.offered()
+        ]
+        return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+    def constrain(self, sampling: Sampling) -> Sampling:
+        """``sampling`` with the constraint that keeps this plan's calls valid."""
+        if not self.active:
+            return sampling
+        if self.whole_reply:
+            schema = self.call_schema()
+            if self.parallel:
+                schema = {
+                    "type": "array",
+                    "items": schema,
+                    "minItems": 1,
+                    "maxItems": MAX_PARALLEL_CALLS,
+                }
+            return attrs.evolve(sampling, json_schema=json.dumps(schema))
+        stop = sampling.stop if self.parallel else (*sampling.stop, CALL_CLOSE)
+        tagged = TaggedJson(CALL_OPEN, json.dumps(self.call_schema()), CALL_CLOSE)
+        return attrs.evolve(sampling, tagged=tagged, stop=stop)
+
+    def parse(self, text: str) -> tuple[str | None, list[dict[str, Any]]]:
+        """The reply's content (``None`` when it is only calls) and its ``tool_calls``."""
+        if not self.active:
+            return text, []
+        if self.whole_reply:
+            try:
+                value = json.loads(text)
+            except ValueError:  # cut short (max_tokens): no call to make
+                return text, []
+            items = value if isinstance(value, list) else [value]
+            return None, [_call(c) for c in items if isinstance(c, dict)]
+        head, sep, rest = text.partition(CALL_OPEN)
+        if not sep:
+            return text, []
+        calls: list[dict[str, Any]] = []
+        for section in (CALL_OPEN + rest).split(CALL_OPEN)[1:]:
+            body = section.split(CALL_CLOSE, 1)[0].strip()
+            try:
+                value = json.loads(body)
+            except ValueError:  # a section cut short: not a call
+                continue
+            if isinstance(value, dict):
+                calls.append(_call(value))
+        content = head.strip() or None
+        return (content, calls) if calls else (text, [])
+
+
+def _call(value: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {
+            "name": str(value.get("name", "")),
+            "arguments": json.dumps(value.get("arguments", {})),
+        },
+    }
+
+
+class ToolCallStream:
+    """Splits a streamed ``auto`` reply into content to send now and calls for the end.
+
+    Text is released as content until ``<tool_call>`` appears; a tail that could
+    still grow into the tag is held back. From the tag on, everything is kept
+    for ``ToolPlan.parse``. A ``whole_reply`` plan releases no content at all.
+    """
+
+    def __init__(self, plan: ToolPlan) -> None:
+        self._plan = plan
+        self._text: list[str] = []
+        self._sent = 0
+        self._in_call = plan.whole_reply and plan.active
+
+    def feed(self, text: str) -> str:
+        """Add streamed text; returns the content that can be sent now."""
+        self._text.append(text)
+        if self._in_call or not self._plan.active:
+            return "" if self._in_call else self._release(len(self.text))
+        whole = self.text
+        at = whole.find(CALL_OPEN, max(0, self._sent - len(CALL_OPEN)))
+        if at >= 0:
+            self._in_call = True
+            return self._release(at)
+        hold = _partial_tag(whole)
+        return self._release(len(whole) - hold)
+
+    @property
+    def text(self) -> str:
+        return "".join(self._text)
+
+    def finish(self) -> tuple[str, list[dict[str, Any]]]:
+        """The content not sent yet and the reply's calls, once the generation ended."""
+        content, calls = self._plan.parse(self.text)
+        if calls:
+            unsent = (content or "")[self._sent :] if not self._plan.whole_reply else ""
+            return unsent.rstrip(), calls
+        return self.text[self._sent :], []
+
+    def _release(self, end: int) -> str:
+        end = max(end, self._sent)
+        out = self.text[self._sent : end]
+        self._sent = end
+        return out
+
+
+def _partial_tag(text: str) -> int:
+    """How many trailing characters of ``text`` could begin ``<tool_call>``."""
+    for n in range(min(len(CALL_OPEN) - 1, len(text)), 0, -1):
+        if CALL_OPEN.startswith(text[-n:]):
+            return n
+    return 0
+
+
+# -- conversations --------------------------------------------------------------------------------
+
+
+def render_tool_calls(content: str | None, calls: Sequence[Mapping[str, Any]], where: str) -> str:
+    """An assistant turn that made ``calls``, as the model wrote it (content, then the calls)."""
+    parts = [content] if content else []
+    for j, call in enumerate(calls):
+        field = f"{where}.tool_calls[{j}]"
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+            raise RequestRefused(f"{field}.function", "function.name is required")
+        raw = fn.get("arguments", "{}")
+        try:
+            arguments = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            raise RequestRefused(
+                f"{field}.function.arguments", "function.arguments must be JSON text"
+            ) from None
+        parts.append(
+            f"{CALL_OPEN}{json.dumps({'name': fn['name'], 'arguments': arguments})}{CALL_CLOSE}"
+        )
+    return "\n".join(parts)
+
+
+def render_tool_result(content: str) -> str:
+    """A ``tool`` message's content as the model reads it."""
+    return f"<tool_response>\n{content}\n</tool_response>"
+
+
+def with_tool_instructions(
+    messages: Sequence[Mapping[str, Any]], plan: ToolPlan
+) -> list[dict[str, Any]]:
+    """``messages`` with the plan's tool description in the (first) system turn."""
+    out = [dict(m) for m in messages]
+    if not plan.active:
+        return out
+    tools = plan.system_text()
+    if out and out[0].get("role") == "system" and isinstance(out[0].get("content"), str):
+        out[0]["content"] = f"{out[0]['content']}\n\n{tools}".lstrip()
+    else:
+        out.insert(0, {"role": "system", "content": tools})
+    return out

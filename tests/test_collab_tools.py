@@ -1,0 +1,188 @@
+"""Agents calling tools inside the loop (collab/_tools.py), on the ScriptedEngine.
+
+Under the tool-call constraint the ScriptedEngine writes one valid call per
+free-text step (a document of the call schema), so every free turn calls a tool
+until ``max_tool_steps`` is spent; the last step answers without tools.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import anyio
+import pytest
+from microagent.collab import (
+    AgentSpec,
+    CollaborationEvent,
+    InvalidCollaboration,
+    Tool,
+    collaborate,
+)
+from microagent.collab._tools import parameters_schema, run_calls
+from microagent.engine_bridge import ScriptedEngine
+
+pytestmark = pytest.mark.anyio
+
+CONTEXT = "What is 2 + 3? Use the add tool."
+
+
+async def test_agents_call_a_python_tool_and_continue_from_its_result() -> None:
+    calls: list[tuple[int, int]] = []
+
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        calls.append((a, b))
+        return a + b
+
+    events: list[CollaborationEvent] = []
+    async with ScriptedEngine(block_size=16) as engine:
+        outcome = await collaborate(
+            engine,
+            "debate",
+            CONTEXT,
+            [AgentSpec("debater", count=2)],
+            rounds=1,
+            max_tokens=48,
+            tools=[add],
+            max_tool_steps=2,
+            on_event=events.append,
+        )
+        assert engine.live_requests() == frozenset()
+    assert outcome.answer
+    assert len(calls) == 4  # 2 agents x 2 steps, each with valid integer arguments
+    assert all(isinstance(a, int) and isinstance(b, int) for a, b in calls)
+    assert sum(r.tool_calls for r in outcome.agents) == 4
+    kinds = [e.type for e in events]
+    assert kinds.count("tool_call") == 4 and kinds.count("tool_result") == 4
+    results = [e for e in events if e.type == "tool_result"]
+    assert all(e.data["ok"] and e.data["name"] == "add" for e in results)
+    # the result went into the agent's thread: the next step's prompt extends the call's
+    steps = [r for r in engine.history if r.sampling.tagged is not None]
+    answers = [r for r in engine.history if r.sampling.tagged is None]
+    for later in answers:
+        text = engine.detokenize(later.prompt.token_ids)
+        assert "<tool_response>" in text and "<tools>" in text
+        assert any(step.prompt.is_prefix_of(later.prompt) for step in steps)
+
+
+async def test_a_failing_tool_is_an_error_result_not_a_failure() -> None:
+    def explode(reason: str) -> str:
+        raise RuntimeError(f"cannot {reason}")
+
+    events: list[CollaborationEvent] = []
+    async with ScriptedEngine() as engine:
+        outcome = await collaborate(
+            engine,
+            "debate",
+            CONTEXT,
+            [AgentSpec("debater", count=2)],
+            rounds=1,
+            max_tokens=32,
+            tools=[explode],
+            max_tool_steps=1,
+            on_event=events.append,
+        )
+    assert outcome.answer
+    results = [e for e in events if e.type == "tool_result"]
+    assert results and not any(e.data["ok"] for e in results)
+    assert all("RuntimeError: cannot" in e.data["output"] for e in results)
+
+
+async def test_tool_timeout_and_output_limit() -> None:
+    async def slow() -> str:
+        await anyio.sleep(30)
+        return "never"
+
+    tool = Tool.from_function(slow, timeout=0.05)
+    with anyio.fail_after(5):
+        (outcome,) = await run_calls({"slow": tool}, [_call("slow", {})])
+    assert not outcome.ok and "timed out" in outcome.text
+    big = Tool.from_function(lambda: "x" * 100, name="big", max_output_chars=10)
+    (cut,) = await run_calls({"big": big}, [_call("big", {})])
+    assert cut.ok and cut.text.startswith("x" * 10) and "cut at 10" in cut.text
+    (missing,) = await run_calls({}, [_call("nope", {})])
+    assert not missing.ok and "no tool named" in missing.text
+    (bad,) = await run_calls({"slow": tool}, [_call("slow", {"unexpected": 1})])
+    assert not bad.ok and "bad arguments" in bad.text
+
+
+async def test_cancelling_the_collaboration_stops_a_running_tool() -> None:
+    started = anyio.Event()
+    stopped: list[str] = []
+
+    async def wait_forever() -> str:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            stopped.append("cancelled")
+        return "unreachable"
+
+    async with ScriptedEngine() as engine:
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                await collaborate(
+                    engine,
+                    "debate",
+                    CONTEXT,
+                    [AgentSpec("debater", count=2)],
+                    rounds=1,
+                    tools=[wait_forever],
+                )
+
+            tg.start_soon(run)
+            with anyio.fail_after(10):
+                await started.wait()
+            tg.cancel_scope.cancel()
+        assert stopped  # the tool saw the cancellation
+        assert engine.live_requests() == frozenset()
+        assert engine.stats().scheduler_running == 0
+
+
+async def test_tools_need_a_text_context() -> None:
+    async with ScriptedEngine() as engine:
+        handle = engine.chat.context([{"role": "user", "content": CONTEXT}])
+        with pytest.raises(InvalidCollaboration) as info:
+            await collaborate(engine, "debate", handle, tools=[_noop])
+    assert info.value.field == "tools"
+
+
+def _noop() -> str:
+    return ""
+
+
+def _call(name: str, arguments: object) -> dict[str, object]:
+    return {"id": "c", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def test_parameters_schema_from_type_hints() -> None:
+    def search(
+        query: str,
+        limit: int = 5,
+        kind: Literal["web", "news"] = "web",
+        tags: list[str] | None = None,
+    ) -> str:
+        return query
+
+    schema = parameters_schema(search)
+    assert schema["required"] == ["query"]
+    assert schema["properties"]["limit"] == {"type": "integer"}
+    assert schema["properties"]["kind"] == {"enum": ["web", "news"]}
+    assert schema["properties"]["tags"] == {
+        "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]
+    }
+    assert schema["additionalProperties"] is False
+
+    def untyped(x):  # type: ignore[no-untyped-def]
+        return x
+
+    with pytest.raises(InvalidCollaboration, match="no type hint"):
+        parameters_schema(untyped)
+    with pytest.raises(InvalidCollaboration, match="used twice"):
+        from microagent.collab._tools import as_tools
+
+        as_tools([_noop, _noop])
+    with pytest.raises(InvalidCollaboration, match="tool name"):
+        Tool(name="bad name", fn=_noop)
