@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,15 @@ def make_bridge() -> RecordingBridge:
 class Server:
     """``python -m vllm.entrypoints.openai.api_server`` on the default model, as a child process."""
 
-    def __init__(self, model_dir: Path, port: int, *, prefix_caching: bool, log: Path) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        port: int,
+        *,
+        prefix_caching: bool,
+        log: Path,
+        extra_args: Sequence[str] = (),
+    ) -> None:
         self.port = port
         self.prefix_caching = prefix_caching
         self.log = log
@@ -95,6 +104,7 @@ class Server:
             "0.5",
         ]
         cmd.append("--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching")
+        cmd.extend(extra_args)
         env = dict(
             os.environ, VLLM_CPU_KVCACHE_SPACE=SETTINGS["kv_cache_gib"], VLLM_SERVER_DEV_MODE="1"
         )

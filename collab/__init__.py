@@ -26,6 +26,9 @@ from ._errors import CollaborationFailed as CollaborationFailed
 from ._errors import InvalidCollaboration as InvalidCollaboration
 from ._errors import InvalidGraph as InvalidGraph
 from ._errors import InvalidRole as InvalidRole
+from ._mcp import McpServer as McpServer
+from ._mcp import ToolServerError as ToolServerError
+from ._mcp import mcp_tools as mcp_tools
 from ._mode import CollaborationOp as CollaborationOp
 from ._mode import ModeRegistry as ModeRegistry
 from ._mode import ModeResult as ModeResult
@@ -124,6 +127,7 @@ __all__ = [
     "InvalidCollaboration",
     "InvalidGraph",
     "InvalidRole",
+    "McpServer",
     "ModeConfig",
     "ModeInput",
     "ModeRegistry",
@@ -140,6 +144,7 @@ __all__ = [
     "Tool",
     "ToolInput",
     "ToolOutcome",
+    "ToolServerError",
     "TraceRecorder",
     "Turn",
     "TurnDone",
@@ -169,6 +174,7 @@ __all__ = [
     "load_roles",
     "majority",
     "match_roles",
+    "mcp_tools",
     "normalize_answer",
     "parse_role",
     "plot_timeline",

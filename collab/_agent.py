@@ -94,8 +94,8 @@ class RoleActor(Actor):
         self.tools = dict(tools or {})
         self.max_tool_steps = max_tool_steps
         self._plan = agent_tool_plan(self.tools) if self.tools else None
-        # "required": the first step of each free turn is a call (then the model chooses)
-        self._first_plan = agent_tool_plan(self.tools, tool_choice) if self.tools else None
+        # "required": every step but the last is a call (then the model answers)
+        self._call_plan = agent_tool_plan(self.tools, tool_choice) if self.tools else None
         self.agent = agent
         self.spec = spec
         self.bridge = bridge
@@ -157,7 +157,7 @@ class RoleActor(Actor):
         prompt = turn.prompt
         for step in range(self.max_tool_steps + 1):
             last = step == self.max_tool_steps
-            step_plan = self._first_plan if step == 0 and self._first_plan else plan
+            step_plan = self._call_plan or plan
             sampling = turn.sampling if last else step_plan.constrain(turn.sampling)
             done = await self._generate(turn, prompt, sampling, keep=turn.keep or not last)
             result = done.result

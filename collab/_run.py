@@ -173,8 +173,9 @@ async def collaborate(
             each call runs in the loop and its result is appended to the agent's
             thread (see ``collab/_tools.py``). Needs a text or message ``context``.
         max_tool_steps: rounds of tool calls one turn may make before it must answer.
-        tool_choice: ``"auto"`` (the model decides) or ``"required"`` (each free turn
-            starts with a call: small models that never call on their own still do).
+        tool_choice: ``"auto"`` (the model decides) or ``"required"`` (every step of a
+            free turn but the last is a call, ``max_tool_steps`` of them: small models
+            that never call on their own still do).
         **options: the mode's config (``early_stop``, ``rounds``, ``answer``…).
 
     Cancelling the calling task cancels every role actor and aborts every

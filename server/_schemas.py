@@ -64,7 +64,8 @@ class CollaborationModel(BaseModel):
     )
     tool_choice: Literal["auto", "required"] | None = Field(
         default=None,
-        description='With tools: "required" starts each free-text turn with a call.',
+        description='With tools: "required" makes every step of a free-text turn but the '
+        "last a call (up to the tool-step limit).",
     )
     early_stop: bool = True
     rounds: int | None = None

@@ -147,3 +147,24 @@ def test_openai_client(real_engine: RealEngine) -> None:
         "debater-3",
     }
     real_engine.assert_idle()
+
+
+@pytest.mark.parametrize("use_mcp", [False, True], ids=["python-tool", "mcp-tool"])
+def test_tool_agent(real_engine: RealEngine, use_mcp: bool) -> None:
+    demo = load("tool_agent")
+    events: list[CollaborationEvent] = []
+
+    async def go() -> Outcome:
+        if not use_mcp:
+            return await demo.ask(real_engine.bridge, [demo.stock], on_event=events.append)
+        server = demo.McpServer(sys.executable, (str(demo.MCP_SERVER),))
+        async with demo.mcp_tools(server) as tools:
+            return await demo.ask(real_engine.bridge, tools, on_event=events.append)
+
+    outcome: Outcome = real_engine.call(go)
+    assert outcome.answer
+    results = [e for e in events if e.type == "tool_result"]
+    assert len(results) == 2 and all(
+        e.data["ok"] and "in stock" in e.data["output"] for e in results
+    )
+    real_engine.assert_idle()
