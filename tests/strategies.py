@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hypothesis import strategies as st
+from microagent.collab._debias import voter_order
 
 # --- engine bridge: handles, prompts, chat ---------------------------------------
 
@@ -141,6 +142,19 @@ def choice_views(draw: st.DrawFn) -> tuple[tuple[str, ...], int, bool]:
     k = draw(st.integers(1, 8))
     choices = tuple(f"choice {chr(ord('a') + i)}" for i in range(k))
     return choices, draw(st.integers(0, 40)), draw(st.booleans())
+
+
+@st.composite
+def soft_ballots(draw: st.DrawFn) -> tuple[int, list[tuple[tuple[int, ...], tuple[float, ...]]]]:
+    """(k choices, per voter its ``voter_order`` and a distribution over shown positions)."""
+    k = draw(st.integers(2, 4))
+    n = draw(st.integers(1, 9))
+    out = []
+    for i in range(n):
+        weights = draw(st.lists(st.floats(0.01, 1.0), min_size=k, max_size=k))
+        total = sum(weights)
+        out.append((voter_order(k, i), tuple(w / total for w in weights)))
+    return k, out
 
 
 # --- collaboration: graphs -------------------------------------------------------------

@@ -16,23 +16,38 @@ Adaptive-Consistency's Beta rule or early-stopping self-consistency's window
 rule) may stop sampling although the vote is not yet certain; the answer is
 the leader of the votes cast. Debiased voting (``debias``): with fixed choices,
 each voter sees them in its own order (``ChoiceView``), and its answer is mapped
-back to the canonical choice before the tally.
+back to the canonical choice before the tally. Soft votes (``soft``): each
+voter's probability of every choice, read from its answer step's logprobs, is
+summed instead of its one sample counted (``_soft.py``: the first-token rule,
+renormalisation and the ``position`` calibration).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import anyio
 import attrs
 
-from ...engine_bridge import KVHandle
+from ...engine_bridge import KVHandle, TokenLogprob
 from .._agent import Role, Turn
 from .._config import ModeConfig, int_in
 from .._context import CollaborationContext, find_role
 from .._debias import DEBIAS_MODES, ChoiceView
 from .._errors import InvalidCollaboration
 from .._mode import CollaborationOp, ModeResult
+from .._soft import (
+    SOFT_CALIBRATIONS,
+    SOFT_TOP_LOGPROBS,
+    SharedFirstToken,
+    SoftBallot,
+    SoftTally,
+    calibrate,
+    first_tokens,
+    read_ballot,
+    rounded,
+)
 from .._spec import AgentSpec
 from .._tally import STOP_RULES, StopRule, Tally
 
@@ -66,6 +81,11 @@ def _one_of(names: tuple[str, ...]) -> Any:
     return check
 
 
+def _boolean(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool):
+        raise InvalidCollaboration(attribute.name, f"must be true or false, got {value!r}")
+
+
 def _confidence(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0.5 < value < 1:
         raise InvalidCollaboration(attribute.name, f"must be a number in (0.5, 1), got {value!r}")
@@ -90,6 +110,11 @@ class VoteConfig(ModeConfig):
             for ``p ~ Beta(leader + 1, runner-up + 1)``), ``window`` (early-stopping
             self-consistency: every vote of the latest wave agrees) or ``off``.
         confidence: the ``beta`` rule's threshold, in (0.5, 1).
+        soft: with ``answer.choices``: sum each voter's probabilities of the choices
+            (read from its answer step's logprobs) instead of counting its sample.
+        calibrate: a soft vote's calibration across voters: ``off`` (each voter's
+            distribution renormalised over the choices) or ``position`` (with
+            ``debias``: the voters' mean preference per shown position divided out).
     """
 
     style: str = attrs.field(default="auto", validator=_style)
@@ -98,11 +123,25 @@ class VoteConfig(ModeConfig):
     debias: str = attrs.field(default="off", converter=_debias, validator=_one_of(DEBIAS_MODES))
     adaptive: str = attrs.field(default="off", validator=_one_of(STOP_RULES))
     confidence: float = attrs.field(default=0.95, validator=_confidence)
+    soft: bool = attrs.field(default=False, validator=_boolean)
+    calibrate: str = attrs.field(default="off", validator=_one_of(SOFT_CALIBRATIONS))
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         if self.debias != "off" and (self.answer is None or not self.answer.choices):
             raise InvalidCollaboration("debias", "needs answer.choices (fixed choices to reorder)")
+        if self.soft and (self.answer is None or not self.answer.choices):
+            raise InvalidCollaboration("soft", "needs answer.choices (the choices to score)")
+        if self.soft and self.adaptive != "off":
+            raise InvalidCollaboration(
+                "adaptive", "counts votes; a soft vote stops on its exact rule (early_stop) only"
+            )
+        if self.calibrate != "off" and not self.soft:
+            raise InvalidCollaboration("calibrate", "calibrates soft votes: set soft: true")
+        if self.calibrate == "position" and self.debias == "off":
+            raise InvalidCollaboration(
+                "calibrate", "position needs debias (voters must see the choices in other orders)"
+            )
         if self.adaptive == "window" and self.wave == 1:
             raise InvalidCollaboration("wave", "the window rule needs waves of 2 or more voters")
 
@@ -119,6 +158,17 @@ class Vote(CollaborationOp[VoteConfig]):
     Config = VoteConfig
     default_agents: ClassVar[tuple[AgentSpec, ...]] = (AgentSpec("voter", count=5),)
 
+    def validate(self, config: VoteConfig, agents: Sequence[AgentSpec]) -> None:
+        super().validate(config, agents)
+        if config.calibrate == "position" and config.answer and config.answer.choices:
+            voters = sum(a.count for a in agents if "aggregator" not in (a.role, a.name))
+            k = len(config.answer.choices)
+            if voters < k:
+                raise InvalidCollaboration(
+                    "collaboration.calibrate",
+                    f"position needs at least as many voters as choices ({k}), got {voters}",
+                )
+
     async def run(self, ctx: CollaborationContext[VoteConfig]) -> ModeResult:
         config = ctx.config
         style = config.style
@@ -131,14 +181,17 @@ class Vote(CollaborationOp[VoteConfig]):
         tally = Tally(total_voters=len(voters), choices=ctx.choices)
         rule = config.stop_rule
         views = _views(config, len(voters))
+        soft = _Soft.start(ctx, voters, views) if config.soft else None
         decided = False
         stopped_by: str | None = None
 
-        async def cast(voter: Role, view: ChoiceView | None, window: list[str]) -> None:
+        async def cast(i: int, window: list[str]) -> None:
             nonlocal decided, stopped_by
-            answer_text = await self._vote(ctx, voter, style, view)
-            if answer_text is None:
+            voter, view = voters[i], views[i]
+            got = await self._vote(ctx, voter, style, view, logprobs=soft is not None)
+            if got is None:
                 return
+            answer_text, first = got
             # a vote that lands after the decision is still counted: it cannot change
             # the winner (that is what "decided" means), and it is real output
             answer = (
@@ -147,7 +200,11 @@ class Vote(CollaborationOp[VoteConfig]):
             voter.record.answer = answer
             tally.add(answer)
             window.append(answer)
-            extra = {} if view is None else {"shown": list(view.shown), "raw": answer_text}
+            extra: dict[str, object] = (
+                {} if view is None else {"shown": list(view.shown), "raw": answer_text}
+            )
+            if soft is not None:
+                extra["p"] = soft.add(i, answer, first)
             await ctx.emit(
                 "vote",
                 voter.agent,
@@ -156,7 +213,8 @@ class Vote(CollaborationOp[VoteConfig]):
                 remaining=tally.remaining,
                 **extra,
             )
-            if config.early_stop and not decided and tally.remaining > 0 and tally.decided():
+            settled = tally.decided() if soft is None else soft.decided()
+            if config.early_stop and not decided and tally.remaining > 0 and settled:
                 decided = True
                 stopped_by = "exact"
                 await self._prune_rest(ctx, voters, voter)
@@ -166,7 +224,7 @@ class Vote(CollaborationOp[VoteConfig]):
             window: list[str] = []
             async with anyio.create_task_group() as tg:
                 for i in range(start, min(start + wave, len(voters))):
-                    tg.start_soon(cast, voters[i], views[i], window)
+                    tg.start_soon(cast, i, window)
             if decided:
                 break
             if tally.remaining > 0 and rule.stops(tally, window):
@@ -182,6 +240,8 @@ class Vote(CollaborationOp[VoteConfig]):
             details["adaptive"] = config.adaptive
         if stopped_by is not None:
             details["stopped_by"] = stopped_by
+        if soft is not None:
+            winner = soft.finish(details) or winner
         answer = winner
         if aggregator_spec is not None:
             details["decision"] = winner
@@ -243,7 +303,10 @@ class Vote(CollaborationOp[VoteConfig]):
         voter: Role,
         style: str,
         view: ChoiceView | None = None,
-    ) -> str | None:
+        *,
+        logprobs: bool = False,
+    ) -> tuple[str, TokenLogprob | None] | None:
+        """One voter's answer text, and its first answer token's logprobs when asked."""
         config = ctx.config
         spec = voter.spec
         instructions = spec.instructions or _default_instructions(ctx, style)
@@ -254,6 +317,8 @@ class Vote(CollaborationOp[VoteConfig]):
         answer_sampling = ctx.sampling(spec, max_tokens=config.answer_tokens, constrained=True)
         if view is not None:
             answer_sampling = attrs.evolve(answer_sampling, choices=view.allowed)
+        if logprobs:
+            answer_sampling = attrs.evolve(answer_sampling, logprobs=SOFT_TOP_LOGPROBS)
         if style == "direct":
             done = await ctx.turn(
                 voter,
@@ -264,18 +329,16 @@ class Vote(CollaborationOp[VoteConfig]):
                     keep=False,
                 ),
             )
-            return (
-                None
-                if done.result is None or done.result.finish_reason == "abort"
-                else done.content
-            )
+            if done.result is None or done.result.finish_reason == "abort":
+                return None
+            return done.content, _first(done.result.logprobs)
         first = await ctx.turn(voter, Turn(prompt, ctx.sampling(spec), label="reason"))
         if first.result is None or first.result.finish_reason == "abort":
             return None
         voter.thread = first.result.handle
         voter.reasoning = first.result.output
         if config.answer is None:
-            return first.content
+            return first.content, None
         # The answer step continues the voter's own handle: its reasoning is a cached prefix.
         chat = voter.bridge.chat
         base = chat.close_turn(first.result.handle)
@@ -301,7 +364,104 @@ class Vote(CollaborationOp[VoteConfig]):
         if second.result is None or second.result.finish_reason == "abort":
             return None
         voter.record.output = f"{first.content}\n{ANSWER_CUE}: {second.content}"
-        return second.content
+        return second.content, _first(second.result.logprobs)
+
+
+def _first(logprobs: tuple[TokenLogprob, ...] | None) -> TokenLogprob | None:
+    return logprobs[0] if logprobs else None
+
+
+@attrs.define
+class _Soft:
+    """A soft vote's state: each voter's first tokens and ballot, the running sums."""
+
+    choices: tuple[str, ...]
+    calibrate: str
+    views: list[ChoiceView | None]
+    tokens: list[tuple[int, ...]]
+    ballots: list[SoftBallot | None]
+    tally: SoftTally
+
+    @classmethod
+    def start(
+        cls,
+        ctx: CollaborationContext[VoteConfig],
+        voters: list[Role],
+        views: list[ChoiceView | None],
+    ) -> _Soft:
+        """The state for these voters; the first-token rule is checked on each voter's model.
+
+        Raises:
+            InvalidCollaboration: two allowed answers share their first token (``soft``).
+        """
+        choices = ctx.choices
+        assert choices is not None  # VoteConfig checks it
+        tokens: list[tuple[int, ...]] = []
+        cache: dict[tuple[str, tuple[str, ...]], tuple[int, ...]] = {}
+        for voter, view in zip(voters, views, strict=True):
+            allowed = view.allowed if view is not None else choices
+            key = (voter.bridge.model, allowed)
+            if key not in cache:
+                try:
+                    cache[key] = first_tokens(allowed, voter.bridge.tokenize)
+                except SharedFirstToken as exc:
+                    raise InvalidCollaboration(
+                        "collaboration.soft",
+                        f"{exc}; use debias: labels (answers are one letter each)",
+                    ) from None
+            tokens.append(cache[key])
+        n = len(voters)
+        return cls(
+            choices=choices,
+            calibrate=ctx.config.calibrate,
+            views=views,
+            tokens=tokens,
+            ballots=[None] * n,
+            tally=SoftTally(total_voters=n, choices=choices),
+        )
+
+    def add(self, i: int, answer: str, first: TokenLogprob | None) -> dict[str, float]:
+        """Record voter ``i``'s ballot; return its canonical distribution (for the event)."""
+        view = self.views[i]
+        shown = view.shown if view is not None else self.choices
+        order = view.order if view is not None else tuple(range(len(self.choices)))
+        sampled = shown.index(answer) if answer in shown else None
+        ballot = read_ballot(first, self.tokens[i], order, sampled)
+        self.ballots[i] = ballot
+        probs = () if ballot is None else ballot.canonical()
+        self.tally.add(probs)
+        return rounded(dict(zip(self.choices, probs, strict=False)))
+
+    def decided(self) -> bool:
+        """The exact early stop on the sums (never when calibrated: that needs every ballot)."""
+        return self.calibrate == "off" and self.tally.decided()
+
+    def finish(self, details: dict[str, object]) -> str:
+        """The soft winner under the calibration; its distribution goes into ``details``."""
+        used, prior = calibrate(self.ballots, len(self.choices), self.calibrate)
+        final = SoftTally(total_voters=len(used), choices=self.choices)
+        for ballot in used:
+            final.add(() if ballot is None else ballot.canonical())
+        cast = [b for b in self.ballots if b is not None]
+        details["soft"] = {
+            "calibrate": self.calibrate,
+            "distribution": rounded(final.distribution()),
+            "sums": rounded(final.sums),
+            "position_prior": None if prior is None else [round(q, 4) for q in prior],
+            "mean_mass": round(sum(b.mass for b in cast) / len(cast), 4) if cast else 0.0,
+            "fallbacks": sum(b.fallback for b in cast),
+        }
+        details["ballots"] = [
+            {
+                "voter": i,
+                "shown": list(view.shown if view is not None else self.choices),
+                "p": [round(p, 4) for p in b.probs],
+                "mass": round(b.mass, 4),
+            }
+            for i, (b, view) in enumerate(zip(self.ballots, self.views, strict=True))
+            if b is not None
+        ]
+        return final.leader()
 
 
 SUMMARY_PROMPT = "Write the final answer for the user, using the reviewers' reasoning. Be concise."
