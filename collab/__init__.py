@@ -21,6 +21,7 @@ from ._context import EventCallback as EventCallback
 from ._context import bridge_for_spec as bridge_for_spec
 from ._context import find_role as find_role
 from ._context import split_final_role as split_final_role
+from ._debias import ChoiceView as ChoiceView
 from ._errors import CollaborationError as CollaborationError
 from ._errors import CollaborationFailed as CollaborationFailed
 from ._errors import InvalidCollaboration as InvalidCollaboration
@@ -65,6 +66,8 @@ from ._shortcuts import debate as debate
 from ._shortcuts import reflect as reflect
 from ._shortcuts import run_mode as run_mode
 from ._shortcuts import vote as vote
+from ._soft import SoftBallot as SoftBallot
+from ._soft import SoftTally as SoftTally
 from ._spec import MAX_AGENT_COUNT as MAX_AGENT_COUNT
 from ._spec import MAX_AGENT_TOKENS as MAX_AGENT_TOKENS
 from ._spec import AgentInput as AgentInput
@@ -74,6 +77,7 @@ from ._spec import FieldRule as FieldRule
 from ._spec import agent_field_rules as agent_field_rules
 from ._spec import agent_json_schema as agent_json_schema
 from ._spec import check_agent_field as check_agent_field
+from ._tally import StopRule as StopRule
 from ._tally import Tally as Tally
 from ._tally import all_agree as all_agree
 from ._tally import majority as majority
@@ -110,6 +114,7 @@ __all__ = [
     "AgentRecord",
     "AgentSpec",
     "AnswerSpec",
+    "ChoiceView",
     "CollaborationContext",
     "CollaborationError",
     "CollaborationEvent",
@@ -139,6 +144,9 @@ __all__ = [
     "RoleActor",
     "RoleDefinition",
     "ServicePolicy",
+    "SoftBallot",
+    "SoftTally",
+    "StopRule",
     "Tally",
     "Target",
     "Tool",

@@ -1,4 +1,5 @@
-"""The built-in collaboration modes: vote, debate, reflect, aggregate, cascade, graph.
+"""The built-in collaboration modes: vote, debate, reflect, aggregate, cascade, graph, best_of,
+auto.
 
 Each is a ``CollaborationOp`` subclass with its own config class. They are
 registered in the default registry by ``microagent.collab`` (explicitly, from
@@ -7,6 +8,10 @@ registered in the default registry by ``microagent.collab`` (explicitly, from
 
 from ..._public import publish as _publish
 from ._aggregate import Aggregate as Aggregate
+from ._auto import Auto as Auto
+from ._auto import AutoConfig as AutoConfig
+from ._best_of import BestOf as BestOf
+from ._best_of import BestOfConfig as BestOfConfig
 from ._cascade import Cascade as Cascade
 from ._cascade import CascadeConfig as CascadeConfig
 from ._debate import Debate as Debate
@@ -19,11 +24,15 @@ from ._vote import Vote as Vote
 from ._vote import VoteConfig as VoteConfig
 
 #: The modes every default registry starts with.
-BUILTIN_MODES = (Vote, Debate, Reflect, Aggregate, Cascade, GraphMode)
+BUILTIN_MODES = (Vote, Debate, Reflect, Aggregate, Cascade, GraphMode, BestOf, Auto)
 
 __all__ = [
     "BUILTIN_MODES",
     "Aggregate",
+    "Auto",
+    "AutoConfig",
+    "BestOf",
+    "BestOfConfig",
     "Cascade",
     "CascadeConfig",
     "Debate",

@@ -1,0 +1,157 @@
+"""auto: pick a strategy from the question's form; ``details`` say which and why.
+
+The rule (the first that matches; ``k`` choices, ``n`` agents):
+
+1. ``answer.choices`` (closed choices): a **soft vote over lettered options**
+   (``vote`` with ``style: direct``, ``debias: labels``, ``soft: true``,
+   ``calibrate: position`` when ``n >= k``, else ``off``). Letters are one token
+   each, so the first-token rule of soft votes always applies, and every voter
+   sees the options in its own order. More than 26 choices: a hard vote with
+   ``debias: order``.
+2. ``answer.regex`` (a closed form without fixed choices): a plain majority
+   vote of the normalised answers (``vote``, ``style: auto``).
+3. a ``validator`` (a free answer that can be checked): ``best_of`` scored by
+   the validator, stopping at the first candidate that passes.
+4. a free answer: ``n == 1``: a single sample; ``n > 1``: ``best_of`` judged by
+   the model itself (its P(yes) that each candidate is correct).
+
+The chosen mode runs with the request's agents and the shared options
+(``early_stop``, ``answer``, ``max_tokens``, ``temperature``, ``timeout``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import attrs
+
+from .._agent import Turn
+from .._config import ModeConfig
+from .._context import CollaborationContext
+from .._debias import LABELS
+from .._mode import AnyOp, CollaborationOp, ModeResult
+from .._spec import AgentSpec
+from .._validators import Validator, validator_from_spec
+from ._best_of import BestOf, BestOfConfig
+from ._vote import Vote, VoteConfig
+
+STRATEGIES = ("soft_vote", "vote", "best_of_validator", "best_of_self", "single")
+
+
+def _validator(value: Any) -> Validator | None:
+    return None if value is None else validator_from_spec(value)
+
+
+@attrs.frozen(kw_only=True)
+class AutoConfig(ModeConfig):
+    """auto options.
+
+    Attributes:
+        validator: a validator tool for free answers (as reflect's and best_of's).
+    """
+
+    validator: Validator | None = attrs.field(default=None, converter=_validator)
+
+
+@attrs.frozen
+class Plan:
+    """What ``auto`` runs: a strategy name, the reason, the mode and its config."""
+
+    strategy: str
+    why: str
+    op: AnyOp | None
+    config: ModeConfig
+    options: dict[str, Any]
+
+
+def plan(config: AutoConfig, agents: Sequence[AgentSpec]) -> Plan:
+    """The strategy the rule picks for ``config`` and ``agents`` (see the module docstring)."""
+    n = sum(a.count for a in agents)
+    shared: dict[str, Any] = {
+        "early_stop": config.early_stop,
+        "answer": config.answer,
+        "max_tokens": config.max_tokens,
+        "temperature": config.temperature,
+        "timeout": config.timeout,
+    }
+    answer = config.answer
+    if answer is not None and answer.choices:
+        k = len(answer.choices)
+        if k > len(LABELS):
+            options: dict[str, Any] = {"style": "direct", "debias": "order"}
+            why = f"closed choices ({k}, more than can be lettered): a debiased vote"
+            return Plan("vote", why, Vote(), VoteConfig(**shared, **options), options)
+        calibrated = n >= k
+        options = {
+            "style": "direct",
+            "debias": "labels",
+            "soft": True,
+            "calibrate": "position" if calibrated else "off",
+        }
+        why = (
+            f"closed choices ({k}): a soft vote over lettered options, each voter in its own "
+            "order, "
+            + (
+                "the position prior measured across voters and removed"
+                if calibrated
+                else f"uncalibrated (fewer agents than choices: {n} < {k})"
+            )
+        )
+        return Plan("soft_vote", why, Vote(), VoteConfig(**shared, **options), options)
+    if answer is not None and answer.regex:
+        why = "a closed answer form (regex) without fixed choices: a majority vote"
+        return Plan("vote", why, Vote(), VoteConfig(**shared), {})
+    if config.validator is not None:
+        options = {"judge": "off"}
+        why = "a free answer with a validator: best-of-N, the first candidate that passes"
+        best = BestOfConfig(**shared, validator=config.validator, **options)
+        return Plan("best_of_validator", why, BestOf(), best, options)
+    if n == 1:
+        return Plan("single", "a free answer and one agent: a single sample", None, config, {})
+    options = {"judge": "self"}
+    why = f"a free answer, {n} agents, no validator: best-of-N judged by the model's P(yes)"
+    return Plan("best_of_self", why, BestOf(), BestOfConfig(**shared, **options), options)
+
+
+class Auto(CollaborationOp[AutoConfig]):
+    """Pick vote (soft), best-of-N or a single sample from the question's form."""
+
+    name = "auto"
+    Config = AutoConfig
+    default_agents: ClassVar[tuple[AgentSpec, ...]] = (AgentSpec("agent", count=5),)
+
+    def validate(self, config: AutoConfig, agents: Sequence[AgentSpec]) -> None:
+        super().validate(config, agents)
+        chosen = plan(config, agents)
+        if chosen.op is not None:
+            chosen.op.validate(chosen.config, agents)
+
+    async def run(self, ctx: CollaborationContext[AutoConfig]) -> ModeResult:
+        chosen = plan(ctx.config, ctx.agents)
+        head: dict[str, Any] = {
+            "strategy": chosen.strategy,
+            "why": chosen.why,
+            "options": chosen.options,
+        }
+        if chosen.op is None:
+            return await self._single(ctx, head)
+        sub: CollaborationContext[Any] = copy.copy(ctx)  # same scope, records and events
+        sub.op = chosen.op
+        sub.config = chosen.config
+        result = await chosen.op.run(sub)
+        return attrs.evolve(result, details={**head, **result.details})
+
+    async def _single(
+        self, ctx: CollaborationContext[AutoConfig], head: dict[str, Any]
+    ) -> ModeResult:
+        spec = ctx.agents[0]
+        role = await ctx.spawn(spec.agent_names()[0], spec, "agent")
+        done = await ctx.turn(
+            role, Turn(ctx.prompt(spec), ctx.sampling(spec), label="answer", keep=False)
+        )
+        if done.result is None:
+            raise ctx.failure("the agent produced nothing")
+        role.record.answer = done.content
+        return ModeResult(answer=done.content, details={**head, "samples": 1})

@@ -1,0 +1,257 @@
+"""best_of: verifier-guided best-of-N — N candidates, each scored, the best one chosen.
+
+Every agent answers once from the shared context (sampled, so candidates
+differ; constrained to ``answer`` when it is set). Candidates are ranked by:
+
+1. a validator tool (``validator``, as reflect's: a callable, or ``json``,
+   ``json_schema``, ``python_tests`` over HTTP): passing ranks above failing;
+2. the model's own judgement (``judge: self``): the candidate's own thread is
+   continued with ``judge_instructions`` ("Is the answer above correct? …"),
+   the judge step is constrained to ``yes``/``no`` and the candidate's score is
+   ``P(yes)`` renormalised over yes/no, read from the judge step's first-token
+   logprobs (``_soft.read_ballot``: the sampled word when the engine reported
+   neither). The thread is a cached prefix: only the question is computed.
+   Candidates with the same answer (normalised when answers are constrained,
+   else the exact text) are judged once, on the first of them to finish; with
+   a validator only the passing candidates are judged (all when none passes).
+
+The best is the highest (passes, score); among equals the first to finish.
+``judge: auto`` judges when there is no validator and not otherwise. With a
+validator and no judge, ``early_stop`` ends the mode at the first candidate
+that passes (nothing can outrank it: later ones lose the tie); the others are
+pruned and their requests aborted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import anyio
+import attrs
+
+from ...engine_bridge import GenerationResult
+from .._agent import Role, Turn
+from .._config import ModeConfig, int_in
+from .._context import CollaborationContext
+from .._errors import InvalidCollaboration
+from .._mode import CollaborationOp, ModeResult
+from .._soft import SOFT_TOP_LOGPROBS, SharedFirstToken, first_tokens, read_ballot
+from .._spec import AgentSpec
+from .._validators import Validator, Verdict, run_validator, validator_from_spec
+
+JUDGE_PROMPT = "Is the answer above correct? Answer yes or no."
+JUDGE_WORDS = ("yes", "no")
+JUDGE_MODES = ("auto", "self", "off")
+#: budget of a judge step (one word, constrained)
+JUDGE_TOKENS = 4
+
+
+def _validator(value: Any) -> Validator | None:
+    return None if value is None else validator_from_spec(value)
+
+
+def _judge(value: object) -> object:
+    """``true``/``false`` are accepted for ``self``/``off``."""
+    if value is True:
+        return "self"
+    if value is False:
+        return "off"
+    return value
+
+
+def _judge_mode(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in JUDGE_MODES:
+        raise InvalidCollaboration(
+            attribute.name, f"must be one of {', '.join(JUDGE_MODES)}, got {value!r}"
+        )
+
+
+def _instructions(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value.strip() or len(value) > 2000:
+        raise InvalidCollaboration(
+            attribute.name, "must be a non-empty string of 2000 chars at most"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class BestOfConfig(ModeConfig):
+    """best_of options.
+
+    Attributes:
+        validator: a callable, or an HTTP spec (``{"type": "json_schema", "schema": …}``).
+        judge: ``self`` (or ``true``): score candidates by the model's P(yes) to
+            ``judge_instructions``; ``off`` (or ``false``): only the validator;
+            ``auto`` (default): ``self`` without a validator, ``off`` with one.
+        judge_instructions: the yes/no question the judge step answers.
+        answer_tokens: budget of a constrained candidate (with ``answer``).
+    """
+
+    validator: Validator | None = attrs.field(default=None, converter=_validator)
+    judge: str = attrs.field(default="auto", converter=_judge, validator=_judge_mode)
+    judge_instructions: str = attrs.field(default=JUDGE_PROMPT, validator=_instructions)
+    answer_tokens: int = attrs.field(default=16, validator=int_in(1, 256))
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        if self.judge == "off" and self.validator is None:
+            raise InvalidCollaboration("judge", "off needs a validator (nothing else scores)")
+
+    @property
+    def judged(self) -> bool:
+        """Whether candidates get the model's own judgement."""
+        return self.judge == "self" or (self.judge == "auto" and self.validator is None)
+
+
+@attrs.define(eq=False)
+class _Candidate:
+    role: Role
+    result: GenerationResult
+    finished: int  # finish order, 0-based
+    verdict: Verdict | None = None
+    score: float | None = None
+
+    @property
+    def text(self) -> str:
+        return self.result.content.strip()
+
+    def rank(self) -> tuple[bool, float, int]:
+        """Larger is better: passes the validator, judge score, earlier finish."""
+        ok = self.verdict is None or self.verdict.ok
+        return (ok, self.score if self.score is not None else 0.0, -self.finished)
+
+
+class BestOf(CollaborationOp[BestOfConfig]):
+    """Best-of-N: candidates scored by a validator tool and/or the model's own P(yes)."""
+
+    name = "best_of"
+    Config = BestOfConfig
+    default_agents: ClassVar[tuple[AgentSpec, ...]] = (AgentSpec("candidate", count=5),)
+
+    async def run(self, ctx: CollaborationContext[BestOfConfig]) -> ModeResult:
+        config = ctx.config
+        roles = await ctx.spawn_all(role="candidate")
+        finished: list[_Candidate] = []
+        stopped = False
+        stop_at_first_pass = (
+            config.validator is not None and not config.judged and config.early_stop
+        )
+
+        async def generate(role: Role) -> None:
+            nonlocal stopped
+            constrained = config.answer is not None
+            sampling = ctx.sampling(
+                role.spec,
+                max_tokens=config.answer_tokens if constrained else None,
+                constrained=constrained,
+            )
+            done = await ctx.turn(
+                role, Turn(ctx.prompt(role.spec), sampling, label="candidate", keep=config.judged)
+            )
+            result = done.result
+            if result is None or result.finish_reason not in ("stop", "length"):
+                return
+            candidate = _Candidate(role, result, len(finished))
+            finished.append(candidate)
+            role.record.answer = _answer(ctx, candidate.text)
+            if config.validator is None:
+                return
+            candidate.verdict = await run_validator(config.validator, candidate.text)
+            await ctx.emit(
+                "validation",
+                role.agent,
+                ok=candidate.verdict.ok,
+                message=candidate.verdict.message,
+                by="validator",
+            )
+            if candidate.verdict.ok and stop_at_first_pass and not stopped:
+                stopped = True
+                for other in roles:
+                    if other is not role and other.record.answer is None:
+                        await ctx.prune(other, "early_stop")
+
+        async with anyio.create_task_group() as tg:
+            for role in roles:
+                tg.start_soon(generate, role)
+        if not finished:
+            raise ctx.failure("no candidate produced an answer")
+        judged = await self._judge_all(ctx, finished) if config.judged else 0
+        best = max(finished, key=_Candidate.rank)
+        scored_by = "+".join(
+            name
+            for name, used in (("validator", config.validator is not None), ("self", judged > 0))
+            if used
+        )
+        details: dict[str, Any] = {
+            "chosen": best.role.agent,
+            "scored_by": scored_by,
+            "samples": len(finished),
+            "judged": judged,
+            "candidates": [_report(c) for c in finished],
+        }
+        if best.verdict is not None:
+            details["valid"] = best.verdict.ok
+        return ModeResult(answer=_answer(ctx, best.text), early_stopped=stopped, details=details)
+
+    async def _judge_all(
+        self, ctx: CollaborationContext[BestOfConfig], candidates: list[_Candidate]
+    ) -> int:
+        """Score the candidates by the model's P(yes); return the judge requests made."""
+        pool = [c for c in candidates if c.verdict is None or c.verdict.ok] or candidates
+        firsts: dict[str, _Candidate] = {}
+        for c in pool:
+            firsts.setdefault(_key(ctx, c.text), c)
+
+        async with anyio.create_task_group() as tg:
+            for c in firsts.values():
+                tg.start_soon(self._judge, ctx, c)
+        for c in pool:
+            c.score = firsts[_key(ctx, c.text)].score
+        return len(firsts)
+
+    async def _judge(self, ctx: CollaborationContext[BestOfConfig], candidate: _Candidate) -> None:
+        role = candidate.role
+        try:
+            tokens = first_tokens(JUDGE_WORDS, role.bridge.tokenize)
+        except SharedFirstToken as exc:
+            raise InvalidCollaboration("collaboration.judge", str(exc)) from None
+        chat = role.bridge.chat
+        prompt = ctx.prompt(
+            role.spec,
+            base=chat.close_turn(candidate.result.handle),
+            instructions=ctx.config.judge_instructions,
+        )
+        sampling = attrs.evolve(
+            ctx.sampling(role.spec, max_tokens=JUDGE_TOKENS, temperature=0.0),
+            choices=JUDGE_WORDS,
+            logprobs=SOFT_TOP_LOGPROBS,
+        )
+        done = await ctx.turn(role, Turn(prompt, sampling, label="judge", priority=-1, keep=False))
+        word = done.content.strip().lower()
+        sampled = JUDGE_WORDS.index(word) if word in JUDGE_WORDS else None
+        logprobs = done.result.logprobs if done.result is not None else None
+        ballot = read_ballot(logprobs[0] if logprobs else None, tokens, (0, 1), sampled)
+        candidate.score = 0.0 if ballot is None else ballot.probs[0]
+        await ctx.emit(
+            "validation", role.agent, ok=candidate.score >= 0.5, score=candidate.score, by="self"
+        )
+
+
+def _answer(ctx: CollaborationContext[BestOfConfig], text: str) -> str:
+    """A candidate's answer: the canonical choice with fixed choices, else its text."""
+    return ctx.normalize(text) if ctx.config.answer is not None else text
+
+
+def _key(ctx: CollaborationContext[BestOfConfig], text: str) -> str:
+    """Candidates with equal keys get one judgement."""
+    return ctx.normalize(text) if ctx.config.answer is not None else text
+
+
+def _report(c: _Candidate) -> dict[str, Any]:
+    entry: dict[str, Any] = {"agent": c.role.agent, "answer": c.text[:2000]}
+    if c.verdict is not None:
+        entry["valid"] = c.verdict.ok
+        if c.verdict.message:
+            entry["validator_message"] = c.verdict.message
+    if c.score is not None:
+        entry["score"] = round(c.score, 4)
+    return entry

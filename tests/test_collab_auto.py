@@ -1,0 +1,129 @@
+"""auto: the strategy picked from the question's form, on the ScriptedEngine and over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import pytest
+from microagent.collab import AgentSpec, InvalidCollaboration, collaborate, prepare_collaboration
+from microagent.collab.modes import AutoConfig
+from microagent.collab.modes._auto import plan
+from microagent.engine_bridge import EngineRequest, ScriptedEngine
+from test_server_helpers import live_server, scripted
+
+pytestmark = pytest.mark.anyio
+
+CONTEXT = "Is 17 a prime number?"
+
+
+def agents(n: int) -> list[AgentSpec]:
+    return [AgentSpec("agent", count=n)]
+
+
+@pytest.mark.parametrize(
+    ("options", "n", "strategy"),
+    [
+        ({"answer": ["yes", "no"]}, 5, "soft_vote"),
+        ({"answer": ["yes", "no"]}, 1, "soft_vote"),
+        ({"answer": {"regex": "[0-9]+"}}, 5, "vote"),
+        ({"validator": {"type": "json"}}, 5, "best_of_validator"),
+        ({}, 1, "single"),
+        ({}, 3, "best_of_self"),
+    ],
+)
+def test_the_rule_picks_a_strategy_from_the_question_form(
+    options: dict[str, Any], n: int, strategy: str
+) -> None:
+    chosen = plan(AutoConfig(**options), agents(n))
+    assert chosen.strategy == strategy and chosen.why
+
+
+def test_a_soft_vote_is_calibrated_only_with_enough_voters() -> None:
+    choices = ["a", "b", "c"]
+    assert plan(AutoConfig(answer=choices), agents(3)).options["calibrate"] == "position"
+    assert plan(AutoConfig(answer=choices), agents(2)).options["calibrate"] == "off"
+    many = [f"choice {i}" for i in range(30)]  # more than can be lettered
+    assert plan(AutoConfig(answer=many), agents(3)).options == {
+        "style": "direct",
+        "debias": "order",
+    }
+
+
+async def test_closed_choices_run_a_calibrated_soft_vote_over_letters() -> None:
+    def script(prompt: tuple[int, ...], request: EngineRequest) -> str | None:
+        return "A" if request.sampling.choices else None
+
+    async with ScriptedEngine(script=script) as engine:
+        outcome = await collaborate(engine, "auto", CONTEXT, answer=["yes", "no"])
+        offered = {r.sampling.choices for r in engine.history}
+    assert outcome.mode == "auto" and outcome.answer in ("yes", "no")
+    assert outcome.details["strategy"] == "soft_vote"
+    assert "position prior" in outcome.details["why"]
+    assert outcome.details["soft"]["calibrate"] == "position"
+    assert offered == {("A", "B")} and len(outcome.agents) == 5
+
+
+async def test_free_answers_run_best_of_judged_by_the_model() -> None:
+    async with ScriptedEngine() as engine:
+        outcome = await collaborate(engine, "auto", CONTEXT, agents(3))
+        judged = [r for r in engine.history if r.sampling.choices == ("yes", "no")]
+    assert outcome.details["strategy"] == "best_of_self"
+    assert outcome.details["scored_by"] == "self" and len(judged) == outcome.details["judged"]
+    assert outcome.answer == next(
+        c["answer"]
+        for c in outcome.details["candidates"]
+        if c["agent"] == outcome.details["chosen"]
+    )
+
+
+async def test_a_validator_runs_best_of_scored_by_it() -> None:
+    async with ScriptedEngine(script=lambda p, r: '{"ok": true}') as engine:
+        outcome = await collaborate(engine, "auto", CONTEXT, agents(3), validator={"type": "json"})
+    assert outcome.details["strategy"] == "best_of_validator"
+    assert outcome.details["valid"] is True and outcome.early_stopped
+
+
+async def test_one_agent_and_a_free_answer_is_a_single_sample() -> None:
+    async with ScriptedEngine(script=lambda p, r: "Yes, it is prime.") as engine:
+        outcome = await collaborate(engine, "auto", CONTEXT, agents(1))
+        assert len(engine.history) == 1
+    assert outcome.answer == "Yes, it is prime." and outcome.details["strategy"] == "single"
+
+
+def _names(specs: Sequence[AgentSpec]) -> list[str]:
+    return [n for s in specs for n in s.agent_names()]
+
+
+def test_the_chosen_modes_rules_are_checked_when_the_request_is_prepared() -> None:
+    with pytest.raises(InvalidCollaboration) as info:
+        prepare_collaboration("auto", None, {"judge": "self"})  # a best_of option, not auto's
+    assert info.value.field == "collaboration.judge"
+    assert _names(prepare_collaboration("auto", None, {}).agents) == [
+        f"agent-{i}" for i in range(1, 6)
+    ]
+
+
+def test_auto_and_best_of_over_http() -> None:
+    with live_server(scripted()) as srv:
+        for collaboration, strategy in (
+            ({"mode": "auto", "answer": {"choices": ["yes", "no"]}}, "soft_vote"),
+            ({"mode": "auto", "validator": {"type": "json"}}, "best_of_validator"),
+        ):
+            body = {
+                "messages": [{"role": "user", "content": CONTEXT}],
+                "max_tokens": 8,
+                "agents": [{"name": "agent", "count": 3}],
+                "collaboration": collaboration,
+            }
+            r = httpx.post(
+                f"{srv.url}/v1/chat/completions", json=body, headers=srv.headers, timeout=30
+            )
+            assert r.status_code == 200, r.text
+            collab = r.json()["collaboration"]
+            assert collab["mode"] == "auto" and collab["details"]["strategy"] == strategy
+        body["collaboration"] = {"mode": "best_of", "judge": "self"}
+        r = httpx.post(f"{srv.url}/v1/chat/completions", json=body, headers=srv.headers, timeout=30)
+        assert r.status_code == 200, r.text
+        assert r.json()["collaboration"]["details"]["scored_by"] == "self"
