@@ -93,6 +93,12 @@ class CollaborationContext(Generic[C]):
         """The error to raise when the mode cannot produce an answer (every record attached)."""
         return CollaborationFailed(reason, tuple(self.records.values()))
 
+    def tools_for(self, spec: AgentSpec) -> dict[str, Tool]:
+        """The tools ``spec`` may call: the ones it names, else all of the collaboration's."""
+        if spec.tools is None:
+            return dict(self.tools)
+        return {name: self.tools[name] for name in spec.tools}
+
     # -- engines and prompts ------------------------------------------------------------
     def bridge_for(self, spec: AgentSpec) -> EngineBridge:
         """The bridge that runs ``spec`` (see ``bridge_for_spec``)."""
@@ -197,7 +203,7 @@ class CollaborationContext(Generic[C]):
             clock=self.now,
             retention_key=f"{self.retention_prefix}{agent}",
             group=self.group,
-            tools=self.tools,
+            tools=self.tools_for(spec),
             max_tool_steps=self.max_tool_steps,
             tool_choice=self.tool_choice,
         )

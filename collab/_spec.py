@@ -24,6 +24,8 @@ MAX_AGENT_COUNT: Final = 64
 MAX_AGENT_TOKENS: Final = 32768
 #: Longest agent name.
 MAX_NAME_LENGTH: Final = 128
+#: Most tools one agent may be given by name.
+MAX_AGENT_TOOLS: Final = 32
 
 _RULE: Final = "microagent.rule"
 
@@ -39,7 +41,8 @@ class FieldRule:
         minimum, maximum: numeric bounds (inclusive unless ``exclusive_minimum``).
         exclusive_minimum: the lower bound itself is refused.
         non_empty: a string must hold a non-blank character.
-        max_length: longest accepted string.
+        max_length: longest accepted string (for a list: most items).
+        items: a list field's item types (the list itself is JSON's array).
     """
 
     types: tuple[type, ...]
@@ -50,6 +53,7 @@ class FieldRule:
     exclusive_minimum: bool = False
     non_empty: bool = False
     max_length: int | None = None
+    items: tuple[type, ...] | None = None
 
     @property
     def integer(self) -> bool:
@@ -68,6 +72,8 @@ class FieldRule:
         """Why ``value`` breaks this rule, or None when it holds."""
         if value is None:
             return None if self.nullable else "must not be null"
+        if self.items is not None:
+            return self._list_problem(value)
         if isinstance(value, bool) and bool not in self.types:
             return f"must be {self._type_name()}, got {value!r}"
         if not isinstance(value, self.types):
@@ -87,9 +93,33 @@ class FieldRule:
                 return f"must be {self._type_name()} in {self.bounds()}, got {value!r}"
         return None
 
+    def _list_problem(self, value: object) -> str | None:
+        if not isinstance(value, list | tuple):
+            return f"must be a list, got {type(value).__name__}"
+        if self.max_length is not None and len(value) > self.max_length:
+            return f"must have at most {self.max_length} items"
+        item = FieldRule(self.items or (str,), self.doc, non_empty=True, max_length=MAX_NAME_LENGTH)
+        for i, entry in enumerate(value):
+            reason = item.problem(entry)
+            if reason is not None:
+                return f"item {i} {reason}"
+        if len(set(value)) != len(value):
+            return "must not repeat an item"
+        return None
+
     def json_schema(self) -> dict[str, Any]:
         """The JSON Schema (2020-12) of the field."""
         names = {str: "string", int: "integer", float: "number", bool: "boolean"}
+        if self.items is not None:
+            array: dict[str, Any] = {
+                "type": ["array", "null"] if self.nullable else "array",
+                "items": {"type": names[self.items[0]], "minLength": 1},
+                "uniqueItems": True,
+                "description": self.doc,
+            }
+            if self.max_length is not None:
+                array["maxItems"] = self.max_length
+            return array
         kinds = ["number"] if float in self.types else [names[t] for t in self.types]
         if self.nullable:
             kinds.append("null")
@@ -120,6 +150,11 @@ def _check(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     reason = rule.problem(value)
     if reason is not None:
         raise InvalidCollaboration(attribute.name, reason)
+
+
+def _names(value: object) -> object:
+    """A list of names as a tuple (anything else is left for the rule to refuse)."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _field(rule: FieldRule, default: object = attrs.NOTHING) -> Any:
@@ -191,6 +226,20 @@ class AgentSpec:
     role: str | None = _field(
         FieldRule((str,), "The role it plays in the mode (voter, aggregator…).", nullable=True),
         None,
+    )
+    tools: tuple[str, ...] | None = attrs.field(
+        default=None,
+        converter=_names,
+        validator=_check,
+        metadata={
+            _RULE: FieldRule(
+                (list, tuple),
+                "The collaboration's tools this agent may call (default: all of them).",
+                nullable=True,
+                max_length=MAX_AGENT_TOOLS,
+                items=(str,),
+            )
+        },
     )
 
     def agent_names(self) -> list[str]:

@@ -186,3 +186,54 @@ def test_parameters_schema_from_type_hints() -> None:
         as_tools([_noop, _noop])
     with pytest.raises(InvalidCollaboration, match="tool name"):
         Tool(name="bad name", fn=_noop)
+
+
+async def test_each_agent_calls_only_the_tools_it_names() -> None:
+    used: dict[str, list[str]] = {"add": [], "lookup": []}
+
+    def add(a: int, b: int) -> int:
+        used["add"].append("x")
+        return a + b
+
+    def lookup(key: str) -> str:
+        used["lookup"].append(key)
+        return key
+
+    events: list[CollaborationEvent] = []
+    async with ScriptedEngine() as engine:
+        await collaborate(
+            engine,
+            "debate",
+            CONTEXT,
+            [AgentSpec("adder", tools=["add"]), AgentSpec("reader", tools=["lookup"])],
+            rounds=1,
+            max_tokens=32,
+            tools=[add, lookup],
+            tool_choice="required",
+            max_tool_steps=1,
+            on_event=events.append,
+        )
+        with pytest.raises(InvalidCollaboration) as info:
+            await collaborate(
+                engine,
+                "debate",
+                CONTEXT,
+                [AgentSpec("a", tools=["nope"]), AgentSpec("b")],
+                tools=[add],
+            )
+    assert info.value.field == "agents.tools" and "nope" in info.value.reason
+    calls = {(e.agent, e.data["name"]) for e in events if e.type == "tool_call"}
+    assert calls == {("adder", "add"), ("reader", "lookup")}
+
+
+def test_agent_tools_field_rules() -> None:
+    assert AgentSpec.from_dict({"name": "a", "tools": ["x", "y"]}).tools == ("x", "y")
+    for bad, reason in (
+        ("x", "must be a list"),
+        (["x", "x"], "repeat"),
+        ([""], "item 0"),
+        ([3], "item 0"),
+    ):
+        with pytest.raises(InvalidCollaboration) as info:
+            AgentSpec.from_dict({"name": "a", "tools": bad})
+        assert info.value.field == "agents.tools" and reason in info.value.reason

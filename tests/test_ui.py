@@ -175,3 +175,39 @@ def test_a_vote_streams_into_one_lane_per_agent(
         shutil.copyfile(shot, target)
     # the only failed request is the first /v1/models, before the key was given
     assert [e for e in errors if "status of 401" not in e] == []
+
+
+def weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+def test_tool_calls_show_in_the_lanes(chromium_path: str, tmp_path: Path) -> None:
+    from microagent.collab import Tool
+    from playwright.sync_api import expect, sync_playwright
+
+    with (
+        live_server(
+            lambda: {"scripted": ScriptedEngine()}, tools=[Tool.from_function(weather)]
+        ) as srv,
+        sync_playwright() as pw,
+    ):
+        browser = pw.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.goto(f"{srv.url}/ui")
+            expect(page.locator("#model option")).to_have_text(["scripted"])
+            page.select_option("#mode", "debate")
+            page.fill(".agent-row .agent-count", "2")
+            page.fill("#tools", "weather")
+            page.check("#tools-required")
+            page.fill("#question", "Is it sunny in Oslo?")
+            page.click("#run")
+            expect(page.locator("#state")).to_have_text("done", timeout=15_000)
+            lane = page.locator('.lane[data-agent="agent-1"], .lane').first
+            expect(lane.locator(".tool").first).to_contain_text("⚙ weather(")
+            expect(page.locator(".lane .tool", has_text="sunny in")).not_to_have_count(0)
+            expect(page.locator("#timeline line.tool-tick")).not_to_have_count(0)
+            page.screenshot(path=str(tmp_path / "ui-tools.png"), full_page=True)
+        finally:
+            browser.close()

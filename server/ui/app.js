@@ -70,6 +70,11 @@ function requestBody() {
   const collaboration = { mode, early_stop: $("early-stop").checked };
   const choices = $("choices").value.split(",").map((c) => c.trim()).filter(Boolean);
   if (choices.length && mode === "vote") collaboration.answer = { choices };
+  const tools = $("tools").value.split(",").map((t) => t.trim()).filter(Boolean);
+  if (tools.length) {
+    collaboration.tools = tools;
+    if ($("tools-required").checked) collaboration.tool_choice = "required";
+  }
   const rounds = parseInt($("rounds").value, 10);
   if (rounds > 0 && (mode === "debate" || mode === "reflect")) collaboration.rounds = rounds;
   const body = {
@@ -204,6 +209,18 @@ function onEvent(ev) {
         const other = laneFor(name);
         other.answerTag.textContent = "round " + ev.round + ": " + answer;
       }
+      break;
+    case "tool_call":
+      note(lane, "⚙ " + ev.name + "(" + (ev.arguments || "") + ")", "tool");
+      break;
+    case "tool_result":
+      note(
+        lane,
+        "→ " + (ev.output || "") + "  (" + (ev.ok ? "ok" : "error") + ", " +
+          Math.round((ev.duration || 0) * 1000) + " ms)",
+        ev.ok ? "tool" : "note",
+      );
+      view.ticks.push({ agent: ev.agent, time: ev.time, kind: "tool" });
       break;
     case "final":
       if (typeof ev.answer === "string" && !view.answer) showAnswer(ev.answer);
@@ -455,7 +472,8 @@ function drawTimeline(outcome) {
   for (const tick of view.ticks) {
     const i = names.indexOf(tick.agent);
     if (i < 0) continue;
-    add("line", { x1: x(tick.time), x2: x(tick.time), y1: top + i * rowH + 2, y2: top + i * rowH + rowH - 4, class: "tick" });
+    add("line", { x1: x(tick.time), x2: x(tick.time), y1: top + i * rowH + 2, y2: top + i * rowH + rowH - 4,
+      class: tick.kind === "tool" ? "tick tool-tick" : "tick" });
   }
   const axisY = top + names.length * rowH + 16;
   for (let k = 0; k <= 4; k++) {
