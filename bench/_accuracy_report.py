@@ -118,7 +118,7 @@ def position_bias(data: dict[str, Any], qset: str) -> dict[str, dict[str, float]
         if question_set(r["item"]) != qset or len(r["ordered"]) < 2 or r["method"] == "debate3x2":
             continue
         choices = list(items[r["item"]]["choices"])
-        debiased = "debias" in data["settings"]["methods"].get(r["method"], {})
+        debiased = r.get("debiased", "debias" in data["settings"]["methods"].get(r["method"], {}))
         c = counts[r["method"]]
         for i, answer in enumerate(r["ordered"]):
             if not answer:
@@ -139,6 +139,54 @@ def position_bias(data: dict[str, Any], qset: str) -> dict[str, dict[str, float]
         for m, c in counts.items()
         if c[0]
     }
+
+
+def soft_and_judge(data: dict[str, Any], qset: str) -> dict[str, dict[str, Any]]:
+    """Per soft-voting method: what the logprobs said; per best-of method: what the judge said.
+
+    Soft: the mean probability the engine reported for the allowed answers before
+    renormalisation (``mass``), fallbacks per question, the mean position prior of
+    the first shown option and the winner's mean share of the summed distribution.
+    Judge: the mean P(yes) it gave to right and to wrong candidate answers, and on
+    items with both among the candidates, how often a right one scored highest.
+    """
+    items = _items(data)
+    out: dict[str, dict[str, Any]] = {}
+    for r in data["rows"]:
+        if question_set(r["item"]) != qset:
+            continue
+        e = out.setdefault(
+            r["method"],
+            {"n": 0, "mass": [], "fallbacks": 0, "prior_first": [], "top": [], "yes_right": [],
+             "yes_wrong": [], "both": 0, "right_top": 0},
+        )  # fmt: skip
+        soft = r.get("soft")
+        candidates = r.get("candidates")
+        if not soft and not candidates:
+            continue
+        e["n"] += 1
+        if soft:
+            e["mass"].append(soft["mean_mass"])
+            e["fallbacks"] += soft["fallbacks"]
+            if soft["position_prior"]:
+                e["prior_first"].append(soft["position_prior"][0])
+            e["top"].append(max(soft["distribution"].values(), default=0.0))
+        if candidates:
+            truth = items[r["item"]]["answer"]
+            scored = [
+                (c["answer"] == truth, c["score"]) for c in candidates if c["score"] is not None
+            ]
+            e["yes_right"] += [sc for ok, sc in scored if ok]
+            e["yes_wrong"] += [sc for ok, sc in scored if not ok]
+            if {ok for ok, _ in scored} == {True, False}:
+                e["both"] += 1
+                best_right = max(sc for ok, sc in scored if ok)
+                e["right_top"] += best_right > max(sc for ok, sc in scored if not ok)
+    return {m: e for m, e in out.items() if e["n"]}
+
+
+def _mean(values: list[float]) -> str:
+    return f"{statistics.fmean(values):.3f}" if values else "–"
 
 
 def _p(test: dict[str, float] | None) -> str:
@@ -252,6 +300,46 @@ def tables(data: dict[str, Any]) -> str:
                     + " | ".join(f"{fams[method].get(f, 0):.2f}" for f in names)
                     + " |"
                 )
+        diag = soft_and_judge(data, qset)
+        softs = {m: e for m, e in diag.items() if e["mass"]}
+        if softs:
+            lines += [
+                "",
+                "Soft votes: probability of the allowed answers as the engine reported it "
+                "(before renormalisation), fallbacks to the sample, the position prior of "
+                "the first shown option (measured across voters) and the winner's share:",
+                "",
+                "| method | mass | fallbacks / q | prior of first shown | winner's share |",
+                "|---|---|---|---|---|",
+            ]
+            for method, e in softs.items():
+                lines.append(
+                    f"| {method} | {_mean(e['mass'])} | {e['fallbacks'] / e['n']:.2f} | "
+                    f"{_mean(e['prior_first'])} | {_mean(e['top'])} |"
+                )
+        judges = {m: e for m, e in diag.items() if e["yes_right"] or e["yes_wrong"]}
+        if judges:
+            lines += [
+                "",
+                "Self-judgement: mean P(yes) given to right and to wrong candidate answers; "
+                "on items with both among the candidates, how often a right one scored highest:",
+                "",
+                "| method | P(yes) right | P(yes) wrong | items with both | right scored highest |",
+                "|---|---|---|---|---|",
+            ]
+            for method, e in judges.items():
+                share = f"{e['right_top'] / e['both']:.3f}" if e["both"] else "–"
+                lines.append(
+                    f"| {method} | {_mean(e['yes_right'])} | {_mean(e['yes_wrong'])} | "
+                    f"{e['both']} | {share} |"
+                )
+        strategies: dict[str, int] = defaultdict(int)
+        for r in measured:
+            if question_set(r["item"]) == qset and r.get("strategy"):
+                strategies[r["strategy"]] += 1
+        if strategies:
+            picked = ", ".join(f"{k} ×{v}" for k, v in sorted(strategies.items()))
+            lines += ["", f"`auto` picked: {picked}."]
     seam = data.get("seam_check", {}).get("round2_prompt_around_instruction")
     if seam:
         lines += [

@@ -6,8 +6,11 @@ closed questions: a greedy single call, a sampled single call, vote-5, vote-5
 debiased (``debias: order`` and ``labels``), a full vote-9 (from which vote-5,
 the exact early stop and the adaptive rules are *replayed* on the very same
 samples), the adaptive vote itself (``adaptive: window`` and ``beta``, up to 9
-voters) and debate (3 agents, 2 rounds). Every answer is constrained to the
-question's choices; voters answer directly (``style: direct``).
+voters), debate (3 agents, 2 rounds), the soft vote-5 over lettered options
+(``soft: true, debias: labels``, uncalibrated and ``calibrate: position``),
+best-of-5 judged by the model itself (``best_of``, ``judge: self``) and the
+``auto`` mode. Every answer is constrained to the question's choices; voters
+answer directly (``style: direct``).
 
 Pairing: every method answers the same items (``--seed`` fixes the question
 sets, ``--reps`` repeats them); results keep per-item correctness so any two
@@ -60,7 +63,16 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive9-window": ("vote", {"voters": 9, "adaptive": "window", "wave": 3}),
     "adaptive9-beta": ("vote", {"voters": 9, "adaptive": "beta", "wave": 2}),
     "debate3x2": ("debate", {"agents": 3, "rounds": 2}),
+    "soft5-labels": ("vote", {"voters": 5, "early_stop": False, "debias": "labels", "soft": True}),
+    "soft5-labels-cal": (
+        "vote",
+        {"voters": 5, "debias": "labels", "soft": True, "calibrate": "position"},
+    ),
+    "best5-self": ("best_of", {"agents": 5, "judge": "self"}),
+    "auto": ("auto", {"agents": 5}),
 }
+#: the roles whose answers are a method's samples, in agent order
+SAMPLE_ROLES = ("voter", "debater", "candidate")
 #: replayed on the full vote-9's samples (voter order): name -> replay() options
 REPLAYS: dict[str, dict[str, Any]] = {
     "vote5 (replay, full)": {"voters": 5, "wave": 5, "exact": False},
@@ -90,7 +102,7 @@ async def run_one(bridge: Any, method: str, item: Item) -> dict[str, Any]:
             answer_tokens=ANSWER_TOKENS,
             **opts,
         )
-    else:
+    elif mode == "debate":
         out = await M.debate(
             bridge,
             item.question,
@@ -99,7 +111,31 @@ async def run_one(bridge: Any, method: str, item: Item) -> dict[str, Any]:
             answer={"choices": list(item.choices)},
             **opts,
         )
-    voters = [a for a in out.agents if a.role in ("voter", "debater")]
+    else:  # best_of, auto: their agents as a count, every answer constrained to the choices
+        agents = [{"name": "agent", "count": opts.pop("agents")}]
+        if mode == "best_of":
+            opts["answer_tokens"] = ANSWER_TOKENS
+        out = await M.collaborate(
+            bridge,
+            mode,
+            item.question,
+            agents,
+            answer={"choices": list(item.choices)},
+            max_tokens=ANSWER_TOKENS,
+            temperature=TEMPERATURE,
+            **opts,
+        )
+    voters = [a for a in out.agents if a.role in SAMPLE_ROLES]
+    extra: dict[str, Any] = {}
+    if "soft" in out.details:
+        extra["soft"] = out.details["soft"]
+        extra["ballots"] = out.details["ballots"]
+    if "candidates" in out.details:
+        extra["candidates"] = [
+            {"answer": c["answer"], "score": c.get("score")} for c in out.details["candidates"]
+        ]
+    if "strategy" in out.details:
+        extra["strategy"] = out.details["strategy"]
     return {
         "method": method,
         "item": item.id,
@@ -109,11 +145,13 @@ async def run_one(bridge: Any, method: str, item: Item) -> dict[str, Any]:
         "ordered": [a.answer or "" for a in voters],
         "samples": out.details.get("samples", len(voters)),
         "stopped_by": out.details.get("stopped_by"),
+        "debiased": "debias" in out.details,
         "rounds": out.rounds,
         "prompt_tokens": out.usage.prompt_tokens,
         "cached_tokens": out.usage.cached_tokens,
         "completion_tokens": out.usage.completion_tokens,
         "seconds": round(time.monotonic() - t0, 3),
+        **extra,
     }
 
 

@@ -142,3 +142,52 @@ def test_tables_are_derived_from_the_rows(tmp_path: Path) -> None:
     out = bench.read_text()
     assert out.count(R.BEGIN) == 1 and out.count(R.END) == 1 and "hand-written" in out
     assert text in out
+
+
+def test_soft_and_judge_diagnostics_come_from_the_rows() -> None:
+    assert {"soft5-labels", "soft5-labels-cal", "best5-self", "auto"} <= set(A.METHODS)
+    data = _data()
+    items = T.easy_set(6)
+    for item in items:
+        wrong = next(c for c in item.choices if c != item.answer)
+        data["rows"].append(
+            {
+                "method": "soft5-labels-cal",
+                "item": item.id,
+                "family": item.family,
+                "rep": 0,
+                "answer": item.answer,
+                "correct": True,
+                "ordered": [item.answer] * 5,
+                "samples": 5,
+                "debiased": True,
+                "soft": {
+                    "mean_mass": 1.0,
+                    "fallbacks": 1,
+                    "position_prior": [0.8, 0.2],
+                    "distribution": {item.answer: 0.6, wrong: 0.4},
+                },
+            }
+        )
+        data["rows"].append(
+            {
+                "method": "best5-self",
+                "item": item.id,
+                "family": item.family,
+                "rep": 0,
+                "answer": item.answer,
+                "correct": True,
+                "ordered": [item.answer, wrong],
+                "samples": 2,
+                "candidates": [
+                    {"answer": item.answer, "score": 0.7},
+                    {"answer": wrong, "score": 0.5},
+                ],
+                "strategy": "best_of_self",
+            }
+        )
+    data["settings"]["methods"].update({"soft5-labels-cal": {}, "best5-self": {}})
+    text = R.tables(data)
+    assert "| soft5-labels-cal | 1.000 | 1.00 | 0.800 | 0.600 |" in text
+    assert "| best5-self | 0.700 | 0.500 | 6 | 1.000 |" in text
+    assert "`auto` picked: best_of_self ×6." in text
