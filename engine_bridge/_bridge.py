@@ -216,6 +216,9 @@ class EngineBridge(abc.ABC):
         self.block_size = block_size
         self.epoch = 0
         self.restarts = 0
+        #: engines of this bridge that died (a death whose restart failed counts too)
+        self.deaths = 0
+        self._dead_epoch = -1
         self._ids = itertools.count()
         self._id_prefix = f"{model}-{id(self):x}"
         self._live: dict[str, Generation] = {}
@@ -517,8 +520,15 @@ class EngineBridge(abc.ABC):
         )
         return min(best // block * block, limit)
 
+    def _engine_died(self) -> None:
+        """The engine of this epoch died: counted once, however many requests saw it."""
+        if self._dead_epoch != self.epoch:
+            self._dead_epoch = self.epoch
+            self.deaths += 1
+
     def _new_epoch(self) -> None:
         """The engine restarted: a new epoch, an empty cache, no retention."""
+        self._engine_died()  # a restart follows a death (a double's kill restarts at once)
         self.epoch += 1
         self.restarts += 1
         self._retained.clear()

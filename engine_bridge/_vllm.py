@@ -277,6 +277,7 @@ class VLLMBridge(EngineBridge):
         if engine is not self._engine or self._closed:
             return  # already being handled
         log.warning("vLLM engine (epoch %d) died: %r; restarting", self.epoch, cause)
+        self._engine_died()
         self._engine = None
         self._ready.clear()
         self._restart_task = asyncio.get_running_loop().create_task(self._restart(engine, cause))

@@ -66,7 +66,22 @@ class ServerMetrics:
             ),
             ("microagent_early_stops_total", "counter", "Collaborations stopped early, by mode."),
             ("microagent_pruned_agents_total", "counter", "Agents pruned, by mode."),
-            ("microagent_rejected_total", "counter", "Requests refused for overload, by reason."),
+            (
+                "microagent_rejected_total",
+                "counter",
+                "Requests refused for overload or shutdown, by reason.",
+            ),
+            (
+                "microagent_engine_retries_total",
+                "counter",
+                "Requests run again after an engine death, by kind and outcome.",
+            ),
+            (
+                "microagent_engine_lost_total",
+                "counter",
+                "Requests lost to an engine death (a 503 or a stream's error event), "
+                "by kind and why they were not run again.",
+            ),
             (
                 "microagent_sse_dropped_events_total",
                 "counter",
@@ -158,8 +173,22 @@ class ServerMetrics:
             lines.append(
                 f'microagent_engine_kv_cache_usage{{model="{_escape(name)}"}} {_number(usage)}'
             )
+        lines += self._lifecycle_lines(engines)
         lines += self._retention_lines(engines, retention or {})
         return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _lifecycle_lines(engines: Mapping[str, EngineBridge]) -> list[str]:
+        """Deaths and restarts of each engine (kept by its bridge, so deaths while idle count)."""
+        deaths = ["# HELP microagent_engine_deaths_total Engine deaths, by model."]
+        restarts = ["# HELP microagent_engine_restarts_total Engine restarts, by model."]
+        deaths.append("# TYPE microagent_engine_deaths_total counter")
+        restarts.append("# TYPE microagent_engine_restarts_total counter")
+        for name, bridge in engines.items():
+            model = f'model="{_escape(name)}"'
+            deaths.append(f"microagent_engine_deaths_total{{{model}}} {bridge.deaths}")
+            restarts.append(f"microagent_engine_restarts_total{{{model}}} {bridge.restarts}")
+        return deaths + restarts
 
     @staticmethod
     def _retention_lines(
