@@ -8,18 +8,29 @@ count). Everything else — agent start/finish, votes, the answer — is always
 kept. ``SSEResponse`` sends the buffer to the client and, when the client
 disconnects, cancels the producer: that cancels the collaboration, and with it
 every engine request it started.
+
+A stream is never cut without a last word: a producer that fails, or one the
+server cancels while it shuts down (``track``), ends with an ``error`` event and
+``[DONE]``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import anyio
 import attrs
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+
+from ._errors import ApiError
+
+log = logging.getLogger(__name__)
 
 DONE = "[DONE]"
 
@@ -113,6 +124,8 @@ class SSEResponse(Response):
     ``produce`` must put its own final items (``[DONE]`` included) and handle its
     own errors; the buffer is closed when it returns. ``on_disconnect`` runs when
     the client left before the stream ended, ``on_close`` always, at the end.
+    ``track`` runs ``produce`` inside a cancel scope someone else may cancel (a
+    graceful shutdown): then the stream ends with an ``error`` event and ``[DONE]``.
     """
 
     media_type = "text/event-stream"
@@ -124,6 +137,7 @@ class SSEResponse(Response):
         *,
         on_disconnect: Callable[[], None] | None = None,
         on_close: Callable[[], None] | None = None,
+        track: Callable[[], AbstractContextManager[anyio.CancelScope]] | None = None,
     ) -> None:
         # no super().__init__: it would add ``content-length: 0`` to a streamed body
         self.status_code = 200
@@ -138,6 +152,7 @@ class SSEResponse(Response):
         self._buffer = buffer
         self._on_disconnect = on_disconnect
         self._on_close = on_close
+        self._track = track or _untracked
         self.disconnected = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -164,7 +179,14 @@ class SSEResponse(Response):
 
             async def produce() -> None:
                 try:
-                    await self._produce(buffer)
+                    with self._track() as scope:
+                        await self._produce(buffer)
+                    if scope.cancelled_caught:  # the server is shutting down
+                        _last_word(buffer, _SHUTDOWN)
+                except Exception as exc:  # a producer's bug must not cut the stream either
+                    log.exception("stream producer failed")
+                    error = ApiError(500, f"internal error: {type(exc).__name__}: {exc}")
+                    _last_word(buffer, error)
                 finally:
                     buffer.close()
 
@@ -184,3 +206,23 @@ class SSEResponse(Response):
             self.disconnected = True
             if self._on_disconnect is not None:
                 self._on_disconnect()
+
+
+_SHUTDOWN = ApiError(
+    503,
+    "the server shut down before the stream finished; retry on another instance",
+    code="shutting_down",
+)
+
+
+@contextlib.contextmanager
+def _untracked() -> Iterator[anyio.CancelScope]:
+    with anyio.CancelScope() as scope:
+        yield scope
+
+
+def _last_word(buffer: EventBuffer, error: ApiError) -> None:
+    """End a cut stream the way every stream ends: an ``error`` event, then ``[DONE]``."""
+    body = error.body()
+    buffer.put(StreamItem(build=lambda _t: body))
+    buffer.put(StreamItem(build=lambda _t: DONE))

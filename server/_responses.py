@@ -1,0 +1,128 @@
+"""What the routes answer on success, for the OpenAPI document (errors: ``_errors``).
+
+A chat completion answers a ``chat.completion`` object, or, with ``stream``,
+an SSE stream of ``chat.completion.chunk`` events (``text/event-stream``); both
+are documented, so a client (or schemathesis) can check every 200 against them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_USAGE: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "prompt_tokens": {"type": "integer", "minimum": 0},
+        "completion_tokens": {"type": "integer", "minimum": 0},
+        "total_tokens": {"type": "integer", "minimum": 0},
+        "prompt_tokens_details": {
+            "type": "object",
+            "properties": {"cached_tokens": {"type": "integer", "minimum": 0}},
+            "required": ["cached_tokens"],
+        },
+        "saved_completion_tokens": {"type": "integer", "minimum": 0},
+    },
+    "required": ["prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"],
+}
+
+_CHOICE: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "index": {"type": "integer", "minimum": 0},
+        "message": {
+            "type": "object",
+            "properties": {
+                "role": {"type": "string", "enum": ["assistant"]},
+                "content": {"type": ["string", "null"]},
+                "tool_calls": {"type": "array", "items": {"type": "object"}},
+            },
+            "required": ["role", "content"],
+        },
+        "logprobs": {"type": ["object", "null"]},
+        "finish_reason": {"type": "string", "enum": ["stop", "length", "tool_calls"]},
+    },
+    "required": ["index", "message", "finish_reason"],
+}
+
+COMPLETION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"type": "string", "enum": ["chat.completion"]},
+        "created": {"type": "integer"},
+        "model": {"type": "string"},
+        "choices": {"type": "array", "items": _CHOICE, "minItems": 1},
+        "usage": _USAGE,
+        "collaboration": {
+            "type": "object",
+            "description": "With agents: per-agent outputs, votes, pruned agents, rounds",
+        },
+    },
+    "required": ["id", "object", "created", "model", "choices", "usage"],
+}
+
+
+#: One SSE event (Open API before 3.2: ``schema`` describes each event of a stream).
+_EVENT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "data": {
+            "anyOf": [
+                {"const": "[DONE]"},
+                {
+                    "type": "string",
+                    "contentMediaType": "application/json",
+                    "contentSchema": {
+                        "type": "object",
+                        "description": "a chat.completion.chunk, or an error before [DONE]",
+                        "anyOf": [
+                            {
+                                "properties": {
+                                    "object": {"const": "chat.completion.chunk"},
+                                    "choices": {"type": "array"},
+                                },
+                                "required": ["id", "object", "model", "choices"],
+                            },
+                            {"required": ["error"]},
+                        ],
+                    },
+                },
+            ]
+        }
+    },
+    "required": ["data"],
+}
+
+
+def completion_responses() -> dict[int | str, dict[str, Any]]:
+    """The ``200`` entry of ``POST /v1/chat/completions``: JSON, or an SSE stream."""
+    return {
+        200: {
+            "description": "A chat.completion object; with stream: true, an SSE stream of "
+            "chat.completion.chunk events ending with `data: [DONE]` (an `error` event "
+            "before it if the request failed after the stream started)",
+            "content": {
+                "application/json": {"schema": COMPLETION_SCHEMA},
+                "text/event-stream": {"schema": _EVENT},
+            },
+        }
+    }
+
+
+def health_responses() -> dict[int | str, dict[str, Any]]:
+    """``GET /health``: ok, or 503 while the server drains for a shutdown."""
+    body = {
+        "type": "object",
+        "properties": {
+            "status": {"type": "string", "enum": ["ok", "draining"]},
+            "models": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["status", "models"],
+    }
+    return {
+        200: {"description": "Serving", "content": {"application/json": {"schema": body}}},
+        503: {
+            "description": "Shutting down: new requests get 503 (see Retry-After)",
+            "content": {"application/json": {"schema": body}},
+        },
+    }
