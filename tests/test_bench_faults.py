@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ sys.path.insert(0, str(BENCH))
 
 import _faults_report as R  # noqa: E402
 
-DATA = {
+DATA: dict[str, Any] = {
     "settings": {
         "model": "SmolLM2-135M-Instruct",
         "vllm": "0.32.0",
