@@ -1,0 +1,83 @@
+"""Soft votes, best_of and auto end to end on the real engine (the default model)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from _engine import RealEngine
+from microagent.collab import AgentSpec, InvalidCollaboration, Outcome, collaborate
+
+pytestmark = pytest.mark.engine
+
+QUESTION = "Is Paris the capital of France?"
+
+
+def run(real_engine: RealEngine, mode: str, agents: list[AgentSpec], **options: Any) -> Outcome:
+    async def go() -> Outcome:
+        return await collaborate(real_engine.bridge, mode, QUESTION, agents, **options)
+
+    outcome = real_engine.call(go)
+    real_engine.assert_idle()
+    return outcome
+
+
+def test_soft_labels_vote_reads_real_logprobs(real_engine: RealEngine) -> None:
+    outcome = run(
+        real_engine,
+        "vote",
+        [AgentSpec("voter", count=4)],
+        answer=["yes", "no"],
+        style="direct",
+        max_tokens=8,
+        debias="labels",
+        soft=True,
+        calibrate="position",
+    )
+    soft = outcome.details["soft"]
+    assert outcome.answer in ("yes", "no") and soft["fallbacks"] == 0
+    assert soft["mean_mass"] > 0.5  # the allowed letters hold the reported probability
+    assert abs(sum(soft["distribution"].values()) - 1) < 1e-3
+    for ballot in outcome.details["ballots"]:
+        assert 0 < ballot["p"][0] < 1 and abs(sum(ballot["p"]) - 1) < 1e-3
+
+
+def test_soft_refuses_real_choices_that_share_a_first_token(real_engine: RealEngine) -> None:
+    with pytest.raises(InvalidCollaboration) as info:
+        run(
+            real_engine,
+            "vote",
+            [AgentSpec("voter", count=2)],
+            answer=["12", "14"],  # digits are tokens of their own: both start with "1"
+            style="direct",
+            max_tokens=8,
+            soft=True,
+        )
+    assert info.value.field == "collaboration.soft"
+
+
+def test_best_of_self_judged_scores_with_real_logprobs(real_engine: RealEngine) -> None:
+    outcome = run(
+        real_engine,
+        "best_of",
+        [AgentSpec("candidate", count=3)],
+        answer=["yes", "no"],
+        max_tokens=8,
+    )
+    scores = [c["score"] for c in outcome.details["candidates"]]
+    assert outcome.details["scored_by"] == "self" and all(0 < s < 1 for s in scores)
+    assert outcome.answer in ("yes", "no")
+
+
+def test_auto_runs_its_strategies_on_the_real_engine(real_engine: RealEngine) -> None:
+    closed = run(real_engine, "auto", [AgentSpec("agent", count=3)], answer=["yes", "no"])
+    assert closed.details["strategy"] == "soft_vote" and closed.answer in ("yes", "no")
+    checked = run(
+        real_engine,
+        "auto",
+        [AgentSpec("agent", count=2)],
+        validator={"type": "json"},
+        max_tokens=32,
+    )
+    assert checked.details["strategy"] == "best_of_validator"
+    assert isinstance(checked.details["valid"], bool)
