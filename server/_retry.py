@@ -87,20 +87,23 @@ def engine_cause(exc: BaseException | None) -> EngineDied | EngineUnavailable | 
     return None
 
 
-def death_counts(bridges: Iterable[EngineBridge]) -> dict[int, int]:
-    """Each bridge's death count now: compare after a failure (``died_since``)."""
-    return {id(b): b.deaths for b in bridges}
+def death_counts(bridges: Iterable[EngineBridge]) -> dict[int, tuple[int, int]]:
+    """Each bridge's death count and epoch now: compare after a failure (``died_since``)."""
+    return {id(b): (b.deaths, b.epoch) for b in bridges}
 
 
-def died_since(bridges: Iterable[EngineBridge], before: Mapping[int, int]) -> EngineBridge | None:
-    """A bridge whose engine died since ``before`` was taken (None if none did).
+def died_since(
+    bridges: Iterable[EngineBridge], before: Mapping[int, tuple[int, int]]
+) -> tuple[EngineBridge, int] | None:
+    """A bridge whose engine died since ``before`` was taken, and its epoch then (None: none).
 
     A mode may fail "every agent failed" without naming why; an engine that
     died meanwhile is why.
     """
     for b in bridges:
-        if b.deaths != before.get(id(b), b.deaths):
-            return b
+        deaths, epoch = before.get(id(b), (b.deaths, b.epoch))
+        if b.deaths != deaths:
+            return b, epoch
     return None
 
 
