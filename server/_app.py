@@ -30,12 +30,14 @@ from ..collab import (
     EventCallback,
     FieldRule,
     InvalidCollaboration,
+    McpServer,
     Outcome,
     PreparedCollaboration,
     Tool,
     agent_field_rules,
     agent_tool_plan,
     collaborate,
+    mcp_tools,
     prepare_collaboration,
 )
 from ..engine_bridge import (
@@ -58,7 +60,19 @@ from ._guard import Guard
 from ._logprobs import choice_logprobs, logprobs_content
 from ._metrics import ServerMetrics
 from ._params import check_parameters, sampling_fields
+from ._responses import completion_responses, health_responses
+from ._retry import (
+    EngineLost,
+    ToolWatch,
+    count_lost,
+    death_counts,
+    died_since,
+    engine_cause,
+    retry_after,
+    run_retrying,
+)
 from ._schemas import ChatCompletionRequest
+from ._shutdown import Drain
 from ._sse import DONE, EventBuffer, SSEResponse, StreamItem
 from ._tools import history_calls, tool_plan
 from ._ui import add_ui
@@ -83,6 +97,9 @@ class ServerLimits:
         max_sse_buffer: pending stream events per client before deltas are dropped.
         max_n: the largest ``n`` of a plain completion.
         retry_after: seconds suggested in ``Retry-After`` on 429/503.
+        retry_deadline: seconds after its arrival by which a non-streaming request
+            whose engine died must have finished its rerun on the restarted engine;
+            past it (or when it cannot be run again), a 503 with ``Retry-After``.
         allow_code_validators: accept the ``python_tests`` validator, which runs
             client-supplied code in a subprocess on this machine (trusted clients only).
     """
@@ -96,6 +113,7 @@ class ServerLimits:
     max_sse_buffer: int = 256
     max_n: int = 16
     retry_after: int = 1
+    retry_deadline: float = 120.0
     allow_code_validators: bool = False
 
 
@@ -105,9 +123,11 @@ class _State:
     limits: ServerLimits
     metrics: ServerMetrics
     created: int
-    tools: dict[str, Tool] = attrs.Factory(dict)
+    #: what ``collaboration.tools`` can name: a ``--tool`` (one tool) or an ``--mcp`` server
+    tools: dict[str, tuple[Tool, ...]] = attrs.Factory(dict)
     collaborations: int = 0
     requests: int = 0
+    drain: Drain = attrs.Factory(Drain)
 
 
 def create_app(
@@ -118,6 +138,8 @@ def create_app(
     open_engines: bool = False,
     title: str = "microagent",
     tools: Iterable[Tool] = (),
+    mcp_servers: Mapping[str, McpServer | str] | None = None,
+    drain: Drain | None = None,
 ) -> FastAPI:
     """The OpenAI-compatible app serving ``engines`` (served model id -> bridge).
 
@@ -131,6 +153,10 @@ def create_app(
         title: the OpenAPI title.
         tools: the tools a collaboration may give its agents (``collaboration.tools``
             names them); nothing else can run here.
+        mcp_servers: MCP servers (name -> command) started with the app; naming one in
+            ``collaboration.tools`` gives the agents all of its tools.
+        drain: the graceful-shutdown state (``microagent serve`` drains it on SIGTERM:
+            new requests get 503, those in flight get its grace period).
     """
     if not engines:
         raise ValueError("serve at least one engine")
@@ -139,16 +165,27 @@ def create_app(
         limits or ServerLimits(),
         ServerMetrics(),
         int(time.time()),
-        tools={t.name: t for t in tools},
+        tools={t.name: (t,) for t in tools},
+        drain=drain or Drain(),
     )
+    state.drain.pending = lambda: state.requests
+    servers = dict(mcp_servers or {})
+    clash = sorted(set(servers) & set(state.tools))
+    if clash:
+        raise ValueError(f"tool names used twice (--tool and --mcp): {clash}")
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if not open_engines:
-            yield
-            return
-        async with open_bridges(state.engines.values()):
-            yield
+        async with contextlib.AsyncExitStack() as stack:
+            for name, command in servers.items():
+                state.tools[name] = tuple(await stack.enter_async_context(mcp_tools(command)))
+            if open_engines:
+                await stack.enter_async_context(open_bridges(state.engines.values()))
+            try:
+                yield
+            finally:
+                for name in servers:
+                    state.tools.pop(name, None)
 
     app = FastAPI(title=title, version="0.1.0", lifespan=lifespan)
     app.state.microagent = state
@@ -168,8 +205,14 @@ def create_app(
         message = f"{exc.detail}" if exc.status_code != 404 else "no such route"
         return ApiError(exc.status_code, message, headers=exc.headers).response()
 
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
+    @app.get("/health", response_model=None, responses=health_responses())
+    async def health() -> dict[str, Any] | Response:
+        if state.drain.draining:  # load balancers stop sending work here
+            return JSONResponse(
+                {"status": "draining", "models": list(state.engines)},
+                status_code=503,
+                headers={"retry-after": str(state.drain.retry_after)},
+            )
         return {"status": "ok", "models": list(state.engines)}
 
     @app.get("/v1/models")
@@ -197,7 +240,7 @@ def create_app(
     @app.post(
         "/v1/chat/completions",
         response_model=None,
-        responses=error_responses(400, 401, 413, 429, 500, 503),
+        responses={**completion_responses(), **error_responses(400, 401, 413, 429, 500, 503)},
     )
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         """OpenAI chat completions; with ``agents``, a multi-agent collaboration."""
@@ -207,10 +250,17 @@ def create_app(
             else "completion"
         )
         try:
-            if body.agents is not None or body.collaboration is not None:
-                response = await _collaboration(state, body, request)
-            else:
-                response = await _completion(state, body, request)
+            if state.drain.draining:
+                state.metrics.inc("microagent_rejected_total", reason="shutting_down")
+                state.drain.check()
+            response: Response | None = None
+            with state.drain.track():  # cancelled if it outlives a shutdown's grace period
+                if body.agents is not None or body.collaboration is not None:
+                    response = await _collaboration(state, body, request)
+                else:
+                    response = await _completion(state, body, request)
+            if response is None:
+                raise state.drain.refusal()
         except ApiError as exc:
             state.metrics.inc("microagent_requests_total", kind=kind, status=str(exc.status))
             raise
@@ -454,7 +504,8 @@ def _check_engine_queue(state: _State, bridges: Sequence[EngineBridge]) -> None:
             raise _overloaded(state, "engine_queue")
 
 
-def _engine_error(exc: BaseException) -> ApiError:
+def _engine_error(exc: BaseException, retry: int = 5) -> ApiError:
+    """The API error for ``exc``; an engine failure is ``EngineLost`` (503, ``Retry-After``)."""
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, UnknownAdapter):
@@ -462,12 +513,7 @@ def _engine_error(exc: BaseException) -> ApiError:
     if isinstance(exc, RequestRefused):
         return bad_request(str(exc), exc.field)
     if isinstance(exc, EngineDied | EngineUnavailable):
-        return ApiError(
-            503,
-            f"engine unavailable: {exc}",
-            code="engine_unavailable",
-            headers={"retry-after": "5"},
-        )
+        return EngineLost(exc, retry)
     return ApiError(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error")
 
 
@@ -575,6 +621,7 @@ def _fixed(payload: dict[str, Any] | str) -> StreamItem:
 
 
 async def _completion(state: _State, body: ChatCompletionRequest, request: Request) -> Response:
+    deadline = anyio.current_time() + state.limits.retry_deadline
     bridge = _engine(state, body.model)
     check_parameters(body, collaboration=False)
     _check_sampling(body, state.limits)
@@ -625,14 +672,25 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
         if body.stream:
             handed = True
             return _stream_completion(state, bridge, body, prompt, sampling, stamp, release, plan)
+        hint = retry_after([bridge], state.limits.retry_after)
+
+        async def attempt() -> list[GenerationResult]:
+            try:
+                return await _generate_n(bridge, prompt, sampling, body.n)
+            except Exception as exc:
+                raise _engine_error(exc, hint) from None
+
         try:
             results = await _until_disconnect(
-                request, lambda: _generate_n(bridge, prompt, sampling, body.n)
+                request,
+                lambda: run_retrying(
+                    attempt, kind="completion", metrics=state.metrics, deadline=deadline
+                ),
             )
         except _ClientGone:
             return Response(status_code=499)
         except Exception as exc:
-            raise _engine_error(exc) from None
+            raise _engine_error(exc, hint) from None
     finally:
         if not handed:
             release()
@@ -760,7 +818,11 @@ def _stream_completion(
                 for i in range(body.n):
                     tg.start_soon(one, i)
         except Exception as exc:
-            error = _engine_error(_first(exc))
+            error = _engine_error(
+                engine_cause(exc) or _first(exc), retry_after([bridge], state.limits.retry_after)
+            )
+            if isinstance(error, EngineLost):
+                count_lost(state.metrics, "completion", "stream")
             buf.put(_fixed(error.body()))
             buf.put(_fixed(DONE))
             return
@@ -771,7 +833,7 @@ def _stream_completion(
             buf.put(_fixed(stamp.chunk([], usage=_usage(*totals))))
         buf.put(_fixed(DONE))
 
-    return SSEResponse(produce, buffer, on_close=release)
+    return SSEResponse(produce, buffer, on_close=release, track=state.drain.track)
 
 
 def _first(exc: BaseException) -> BaseException:
@@ -784,6 +846,7 @@ def _first(exc: BaseException) -> BaseException:
 
 
 async def _collaboration(state: _State, body: ChatCompletionRequest, request: Request) -> Response:
+    deadline = anyio.current_time() + state.limits.retry_deadline
     check_parameters(body, collaboration=True)
     if body.n != 1:
         raise bad_request("n must be 1 for a collaboration", "n")
@@ -845,6 +908,15 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
         )
         raise bad_request(f"{field}: {exc.reason}", field) from None
     tools = _server_tools(state, body)
+    names = {t.name for t in tools}
+    for i, spec in enumerate(specs):
+        unknown = [n for n in spec.tools or () if n not in names]
+        if unknown:
+            raise bad_request(
+                f"agents[{i}].tools: {unknown[0]!r} is not among the collaboration's tools "
+                f"({sorted(names)})",
+                f"agents[{i}].tools",
+            )
     messages = _messages(body)
     if tools:  # the description goes first; collaborate composes the context itself
         messages = with_tool_instructions(messages, agent_tool_plan({t.name: t for t in tools}))
@@ -866,10 +938,25 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
             return _stream_collaboration(
                 state, bridge, engines, body, prepared, context, stamp, release, tools
             )
+        watch = ToolWatch()  # a collaboration that ran a tool is never run again
+        mode = prepared.op.name
+
+        def lost() -> None:
+            state.metrics.inc("microagent_collaborations_total", mode=mode, status="failed")
+
         try:
             outcome = await _until_disconnect(
                 request,
-                lambda: _run_collaboration(state, bridge, engines, prepared, context, None, tools),
+                lambda: run_retrying(
+                    lambda: _run_collaboration(
+                        state, bridge, engines, prepared, context, watch, tools, _tool_choice(body)
+                    ),
+                    kind="collaboration",
+                    metrics=state.metrics,
+                    deadline=deadline,
+                    may_retry=lambda: not watch.ran_tool,
+                    on_lost=lost,
+                ),
             )
         except _ClientGone:  # counted as cancelled by _run_collaboration
             return Response(status_code=499)
@@ -883,17 +970,26 @@ def _server_tools(state: _State, body: ChatCompletionRequest) -> list[Tool]:
     """The server tools ``collaboration.tools`` names (a 400 for any this server lacks)."""
     names = body.collaboration.tools if body.collaboration is not None else None
     tools: list[Tool] = []
+    seen: dict[str, str] = {}
     for i, name in enumerate(names or ()):
-        tool = state.tools.get(name)
-        if tool is None:
+        group = state.tools.get(name)
+        if group is None:
             raise bad_request(
                 f"collaboration.tools[{i}]: no server tool named {name!r} "
                 f"(this server has: {sorted(state.tools)})",
                 f"collaboration.tools[{i}]",
                 "tool_not_found",
             )
-        if tool not in tools:
-            tools.append(tool)
+        for tool in group:
+            if tool.name in seen and seen[tool.name] != name:
+                raise bad_request(
+                    f"collaboration.tools[{i}]: {name!r} and {seen[tool.name]!r} both have a "
+                    f"tool named {tool.name!r}",
+                    f"collaboration.tools[{i}]",
+                )
+            if tool.name not in seen:
+                seen[tool.name] = name
+                tools.append(tool)
     if not tools and body.collaboration is not None and body.collaboration.tool_choice:
         raise bad_request(
             "collaboration.tool_choice needs collaboration.tools", "collaboration.tool_choice"
@@ -948,9 +1044,15 @@ async def _run_collaboration(
     tools: Sequence[Tool] = (),
     tool_choice: Literal["auto", "required"] = "auto",
 ) -> Outcome:
-    """Run one validated collaboration and count it; errors come out as ``ApiError``."""
+    """Run one validated collaboration and count it; errors come out as ``ApiError``.
+
+    An engine death comes out as ``EngineLost``, not counted yet: the caller may
+    run the collaboration again, and counts how it finally ended.
+    """
     metrics = state.metrics
     mode = prepared.op.name
+    involved = list({id(b): b for b in (bridge, *engines.values())}.values())
+    deaths = death_counts(involved)
     try:
         outcome = await collaborate(
             bridge,
@@ -965,10 +1067,10 @@ async def _run_collaboration(
         metrics.inc("microagent_collaborations_total", mode=mode, status="invalid")
         raise bad_request(f"{exc.field}: {exc.reason}", exc.field) from None
     except CollaborationFailed as exc:
+        lost = _engine_loss(exc, involved, deaths, state.limits.retry_after)
+        if lost is not None:
+            raise lost from None
         metrics.inc("microagent_collaborations_total", mode=mode, status="failed")
-        cause = exc.cause
-        if isinstance(cause, EngineDied | EngineUnavailable):
-            raise _engine_error(cause) from None
         raise ApiError(
             500, f"collaboration failed: {exc.reason}", code="collaboration_failed"
         ) from None
@@ -976,6 +1078,9 @@ async def _run_collaboration(
         metrics.inc("microagent_collaborations_total", mode=mode, status="cancelled")
         raise
     except Exception as exc:
+        lost = _engine_loss(exc, involved, deaths, state.limits.retry_after)
+        if lost is not None:
+            raise lost from None
         metrics.inc("microagent_collaborations_total", mode=mode, status="error")
         raise _engine_error(exc) from None
     metrics.inc("microagent_collaborations_total", mode=mode, status="ok")
@@ -989,6 +1094,25 @@ async def _run_collaboration(
         u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.saved_completion_tokens
     )
     return outcome
+
+
+def _engine_loss(
+    exc: BaseException,
+    bridges: Sequence[EngineBridge],
+    deaths: Mapping[int, tuple[int, int]],
+    default_retry: int,
+) -> EngineLost | None:
+    """``EngineLost`` when an engine failure caused ``exc``, or an engine died meanwhile.
+
+    A mode may fail with "no voter produced an answer" without naming why.
+    """
+    cause = engine_cause(exc)
+    if cause is None:
+        dead = died_since(bridges, deaths)
+        if dead is None:
+            return None
+        cause = EngineDied(str(exc), dead[1])
+    return EngineLost(cause, retry_after(bridges, default_retry))
 
 
 def _stream_collaboration(
@@ -1054,6 +1178,10 @@ def _stream_collaboration(
                 state, bridge, engines, prepared, context, on_event, tools, _tool_choice(body)
             )
         except ApiError as exc:
+            if isinstance(exc, EngineLost):  # data went out already: the stream says so, ends
+                mode = prepared.op.name
+                state.metrics.inc("microagent_collaborations_total", mode=mode, status="failed")
+                count_lost(state.metrics, "collaboration", "stream")
             buf.put(_fixed(exc.body()))
             buf.put(_fixed(DONE))
             return
@@ -1104,4 +1232,4 @@ def _stream_collaboration(
             )
         )
     )
-    return SSEResponse(produce, buffer, on_close=release)
+    return SSEResponse(produce, buffer, on_close=release, track=state.drain.track)

@@ -184,9 +184,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="a Python function agents may call (collaboration.tools names it); repeatable",
     )
     serve.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="NAME=COMMAND",
+        help="an MCP server started over stdio; collaboration.tools naming NAME gives the "
+        "agents all its tools; repeatable",
+    )
+    serve.add_argument(
         "--log-level",
         default=None,
         help="uvicorn log level (default: warning, or info with --verbose)",
+    )
+    serve.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM: new requests get 503, those in flight get this long to finish, "
+        "then are cancelled (default 30)",
     )
 
     run = sub.add_parser(
@@ -284,10 +300,12 @@ def _async_run(fn: Callable[..., Any], *args: Any) -> Any:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from ._app import ServerLimits, create_app
-    from ._tools import load_tool
+    from ._shutdown import Drain
+    from ._tools import load_tool, mcp_server
 
-    try:  # before any engine starts: a bad --tool fails at once
+    try:  # before any engine starts: a bad --tool or --mcp fails at once
         tools = [load_tool(spec) for spec in args.tool]
+        mcp_servers = dict(mcp_server(spec) for spec in args.mcp)
     except ValueError as exc:
         print(f"microagent serve: {exc}", file=sys.stderr)
         return 2
@@ -301,24 +319,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
         allow_code_validators=args.allow_code_validators,
     )
     app = create_app(
-        {b.model: b for b in bridges}, api_key=args.api_key, limits=limits, tools=tools
+        {b.model: b for b in bridges},
+        api_key=args.api_key,
+        limits=limits,
+        tools=tools,
+        mcp_servers=mcp_servers,
+        drain=(drain := Drain(grace=args.grace)),
     )
     quiet = log_level(args.verbose or None) == "quiet"
     level = args.log_level or ("warning" if quiet else "info")
     try:
-        _async_run(_serve, args, app, bridges, level)
+        _async_run(_serve, args, app, bridges, level, drain)
     except EngineStartFailed as exc:
         raise _start_error(exc, log) from None
     return 0
 
 
 async def _serve(
-    args: argparse.Namespace, app: Any, bridges: Sequence[EngineBridge], level: str
+    args: argparse.Namespace, app: Any, bridges: Sequence[EngineBridge], level: str, drain: Any
 ) -> None:
-    """Open the engines (with progress) on this loop, then serve until stopped."""
+    """Open the engines (with progress) on this loop, then serve until stopped (SIGTERM drains)."""
     import uvicorn
 
-    class Server(uvicorn.Server):
+    from ._shutdown import DrainingServer
+
+    class Server(DrainingServer):
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets)
             if self.started:
@@ -331,8 +356,10 @@ async def _serve(
                 )
 
     async with open_engines(bridges):
-        config = uvicorn.Config(app, host=args.host, port=args.port, log_level=level)
-        await Server(config).serve()
+        config = uvicorn.Config(
+            app, host=args.host, port=args.port, log_level=level, timeout_graceful_shutdown=5
+        )
+        await Server(config, drain).serve()
 
 
 # -- run ---------------------------------------------------------------------------------

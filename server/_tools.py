@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..collab import InvalidCollaboration, Tool
+from ..collab import InvalidCollaboration, McpServer, Tool, ToolServerError
 from ..engine_bridge import FunctionTool, RequestRefused, ToolChoice, ToolPlan, render_tool_calls
 from ._errors import bad_request
 
@@ -143,3 +143,14 @@ def load_tool(spec: str) -> Tool:
         return Tool.from_function(fn, name=name)
     except InvalidCollaboration as exc:
         raise ValueError(f"--tool {spec!r}: {exc.reason}") from None
+
+
+def mcp_server(spec: str) -> tuple[str, McpServer]:
+    """``NAME=COMMAND`` (``serve --mcp``) as a named ``McpServer``; a ValueError names the fault."""
+    name, sep, command = spec.partition("=")
+    if not sep or not name or not command.strip():
+        raise ValueError(f"--mcp {spec!r}: expected NAME=COMMAND")
+    try:
+        return name, McpServer.parse(command)
+    except (ValueError, ToolServerError) as exc:
+        raise ValueError(f"--mcp {spec!r}: {exc}") from None

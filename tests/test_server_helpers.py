@@ -64,6 +64,7 @@ def live_server(
     limits: ServerLimits | None = None,
     open_engines: bool = True,
     tools: Sequence[Tool] = (),
+    mcp_servers: Mapping[str, Any] | None = None,
 ) -> Iterator[LiveServer]:
     """Serve ``make_engines()`` on 127.0.0.1 until the block ends."""
     with contextlib.ExitStack() as stack:
@@ -73,7 +74,12 @@ def live_server(
         async def build() -> tuple[Any, Mapping[str, EngineBridge]]:
             engines = make_engines()
             return create_app(
-                engines, api_key=api_key, limits=limits, open_engines=open_engines, tools=tools
+                engines,
+                api_key=api_key,
+                limits=limits,
+                open_engines=open_engines,
+                tools=tools,
+                mcp_servers=mcp_servers,
             ), engines
 
         app, engines = portal.call(build)

@@ -362,3 +362,47 @@ def test_load_tool_from_a_module_path() -> None:
     for bad in ("nameonly", "x=os", "x=no_such_module:f", "x=os:no_such_attr", "x=os:sep"):
         with pytest.raises(ValueError, match="--tool"):
             load_tool(bad)
+
+
+def test_an_mcp_server_gives_agents_its_tools_over_http() -> None:
+    import sys
+    from pathlib import Path
+
+    from microagent.collab import McpServer
+
+    script = Path(__file__).parent / "_mcp_server.py"
+    calc = McpServer(sys.executable, (str(script),))  # add and fail only
+    with live_server(scripted(), mcp_servers={"calc": calc}) as srv:
+        body = {
+            "messages": [{"role": "user", "content": "What is 2 + 40?"}],
+            "max_tokens": 32,
+            "stream": True,
+            "agents": [{"name": "solver", "count": 2}],
+            "collaboration": {
+                "mode": "debate",
+                "rounds": 1,
+                "tools": ["calc"],
+                "tool_choice": "required",
+            },
+        }
+        with httpx.stream("POST", f"{srv.url}/v1/chat/completions", json=body, timeout=60) as r:
+            assert r.status_code == 200
+            lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    events = [json.loads(line).get("collaboration_event") or {} for line in lines[:-1]]
+    calls = [e for e in events if e.get("type") == "tool_call"]
+    assert calls and {e["name"] for e in calls} <= {"add", "fail"}
+    assert len([e for e in events if e.get("type") == "tool_result"]) == len(calls)
+
+
+def test_an_agent_naming_a_tool_the_collaboration_lacks_is_a_400(tool_server: LiveServer) -> None:
+    r = httpx.post(
+        f"{tool_server.url}/v1/chat/completions",
+        json={
+            "messages": USER,
+            "stream": True,
+            "agents": [{"name": "a", "tools": ["lookup"]}, {"name": "b", "tools": ["calc"]}],
+            "collaboration": {"mode": "debate", "tools": ["lookup"]},
+        },
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "agents[1].tools"
