@@ -26,6 +26,7 @@ def medians(data: dict[str, Any]) -> dict[tuple[int, str], dict[str, float]]:
             "computed_after_first": statistics.median(later),
             "computed_total": statistics.median(sum(r["computed_per_step"]) for r in runs),
             "tool_calls": statistics.median(r["tool_calls"] for r in runs),
+            "invalid_calls": sum(r.get("invalid_calls", 0) for r in runs),
             "steps": statistics.median(r["steps"] for r in runs),
             "runs": len(runs),
             "loadavg": max(r["loadavg_before"] for r in runs),
@@ -45,14 +46,15 @@ def tables(data: dict[str, Any]) -> str:
         + (" (forced: NOT a quiet machine)" if m.get("forced") else "")
         + f", {m.get('seconds', 0)} s in all. Medians over repetitions.",
         "",
-        "| background load | system | loop wall s | tool calls | computed / step after the first "
-        "| computed in all |",
-        "|---|---|---|---|---|---|",
+        "| background load | system | loop wall s | tool calls | invalid arguments (all runs) "
+        "| computed / step after the first | computed in all |",
+        "|---|---|---|---|---|---|---|",
     ]
     for (load, system), r in rows.items():
         lines.append(
             f"| {load} | {system} | {r['wall_s']:.2f} | {r['tool_calls']:.0f} | "
-            f"{r['computed_after_first']:.0f} | {r['computed_total']:.0f} |"
+            f"{r['invalid_calls']:.0f} | {r['computed_after_first']:.0f} | "
+            f"{r['computed_total']:.0f} |"
         )
     lines += ["", "| background load | wall microagent / client | computed microagent / client |"]
     lines.append("|---|---|---|")

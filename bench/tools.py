@@ -48,6 +48,8 @@ RESULTS = HERE / "results"
 KEYS = ("alpha", "beta", "gamma", "delta")
 TOOL_SECONDS = 0.2
 STEPS = 3
+#: per step, both sides (vLLM's own "required" calls are an array with a wrapper: room for it)
+MAX_TOKENS = 64
 WORDS = ["ledger", "invoice", "parcel", "depot", "freight", "manifest", "crate", "dock"]
 
 
@@ -104,14 +106,18 @@ async def loop_in_engine(bridge: Any, context: str) -> dict[str, Any]:
         bridge,
         "vote",
         context,
-        [AgentSpec("worker", count=1, max_tokens=32)],
+        [AgentSpec("worker", count=1, max_tokens=MAX_TOKENS, temperature=1.0)],
         tools=[Tool.from_function(lookup)],
         tool_choice="required",
         max_tool_steps=STEPS,
         early_stop=False,
     )
     wall = time.monotonic() - t0
-    steps = [g.result for g in bridge.generations[first:] if g.result is not None]
+    steps = [  # the loop's own requests (a collaboration's carry its group), not the flood's
+        g.result
+        for g in bridge.generations[first:]
+        if g.result is not None and g.request.group is not None
+    ]
     computed = [r.prompt_tokens - r.cached_tokens for r in steps]
     return {
         "wall_s": wall,
@@ -119,6 +125,7 @@ async def loop_in_engine(bridge: Any, context: str) -> dict[str, Any]:
         "tool_calls": sum(r.tool_calls for r in outcome.agents),
         "computed_per_step": computed,
         "prompt_tokens": sum(r.prompt_tokens for r in steps),
+        "invalid_calls": 0,  # constrained by the tool's schema: valid by construction
     }
 
 
@@ -128,25 +135,34 @@ async def loop_client(client: Any, context: str, system: str, tools: list[Any]) 
         {"role": "user", "content": context},
     ]
     computed: list[int] = []
-    prompt = calls = 0
+    prompt = calls = invalid = 0
     t0 = time.monotonic()
     for step in range(STEPS + 1):
         last = step == STEPS
         extra: dict[str, Any] = {} if last else {"tools": tools, "tool_choice": "required"}
         r = await client.chat.completions.create(
-            model="bench", messages=messages, max_tokens=32, temperature=1.0, **extra
+            model="bench", messages=messages, max_tokens=MAX_TOKENS, temperature=1.0, **extra
         )
         u = r.usage
         cached = (u.prompt_tokens_details.cached_tokens or 0) if u.prompt_tokens_details else 0
         computed.append(u.prompt_tokens - cached)
         prompt += u.prompt_tokens
         message = r.choices[0].message
-        if last or not message.tool_calls:
+        if last:
             break
+        if not message.tool_calls:  # a call cut by max_tokens, or none parsed: ask again
+            invalid += 1
+            messages.append({"role": "assistant", "content": message.content or ""})
+            continue
         messages.append(message.model_dump(exclude_none=True))
         for call in message.tool_calls:
             calls += 1
-            result = await lookup(json.loads(call.function.arguments)["key"])
+            try:  # what a careful client does with arguments that miss the schema
+                key = json.loads(call.function.arguments)["key"]
+                result = await lookup(key) if key in KEYS else f"error: unknown key {key!r}"
+            except (ValueError, TypeError, KeyError):
+                invalid += 1
+                result = f'error: arguments must be {{"key": one of {list(KEYS)}}}'
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     return {
         "wall_s": time.monotonic() - t0,
@@ -154,6 +170,7 @@ async def loop_client(client: Any, context: str, system: str, tools: list[Any]) 
         "tool_calls": calls,
         "computed_per_step": computed,
         "prompt_tokens": prompt,
+        "invalid_calls": invalid,
     }
 
 
@@ -198,6 +215,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "--max-num-seqs",
             "8",
             "--enable-prompt-tokens-details",
+            # vLLM's server needs a parser for tool_choice="required"; hermes is the
+            # format both sides describe to the model
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            "hermes",
             "--structured-outputs-config",
             json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
         ],
