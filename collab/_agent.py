@@ -167,6 +167,17 @@ class RoleActor(Actor):
             if not calls:
                 return done
             prompt = await self._call_tools(turn, result.handle, calls)
+            # each step is its own engine request: its own span in traces and views
+            now = self._clock()
+            await self._emit(
+                "agent_started",
+                self.agent,
+                role=self.record.role,
+                label=turn.label,
+                round=turn.round,
+                sent_at=now,
+                step=step + 1,
+            )
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _call_tools(

@@ -237,3 +237,31 @@ def test_agent_tools_field_rules() -> None:
         with pytest.raises(InvalidCollaboration) as info:
             AgentSpec.from_dict({"name": "a", "tools": bad})
         assert info.value.field == "agents.tools" and reason in info.value.reason
+
+
+async def test_each_tool_step_is_a_span_in_the_trace_with_tool_instants() -> None:
+    from microagent.collab.trace import TraceRecorder
+
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    recorder = TraceRecorder()
+    async with ScriptedEngine(decode_time_per_token=0.001) as engine:
+        await collaborate(
+            engine,
+            "vote",
+            CONTEXT,
+            [AgentSpec("solver")],
+            tools=[add],
+            tool_choice="required",
+            max_tool_steps=2,
+            on_event=recorder,
+        )
+        requests = len(engine.history)
+    events = recorder.to_chrome_trace()["traceEvents"]
+    turns = [e for e in events if e.get("ph") == "X" and e.get("cat") == "turn"]
+    assert len(turns) == requests == 3  # two call steps and the answer
+    # each step is a span of its own that lasts its decode (a stray finish has none)
+    assert all(e["dur"] > 0 for e in turns), turns
+    results = [e for e in events if e.get("ph") == "i" and e["name"] == "tool_result"]
+    assert len(results) == 2 and {e["tid"] for e in results} == {turns[0]["tid"]}
