@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import signal
 import sys
 import time
@@ -36,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _faults_report as R  # noqa: E402
+from _sections import machine  # noqa: E402
 
 RESULTS = HERE / "results"
 MAX_TOKENS = 400
@@ -140,14 +140,7 @@ def main() -> int:
         return 2
     started = time.time()
     data = asyncio.run(main_async(args))
-    data["machine"] = {
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "loadavg_at_start": load,
-        "forced": bool(args.force and load >= 1.0),
-        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
-        "seconds": round(time.time() - started),
-    }
+    data["machine"] = machine(load, bool(args.force and load >= 1.0), started)
     RESULTS.mkdir(exist_ok=True)
     stem = "faults_quick" if args.quick else "faults"
     (RESULTS / f"{stem}.json").write_text(json.dumps(data, indent=2))

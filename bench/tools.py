@@ -32,7 +32,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
 import sys
 import time
@@ -43,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _tools_report as R  # noqa: E402
+from _sections import machine  # noqa: E402
 
 RESULTS = HERE / "results"
 KEYS = ("alpha", "beta", "gamma", "delta")
@@ -293,15 +293,9 @@ def main() -> int:
         print(f"load average {load:.2f} > 0.5: not a quiet machine (--force to run anyway)")
         return 2
     RESULTS.mkdir(exist_ok=True)
-    t0 = time.monotonic()
+    started = time.time()
     data = asyncio.run(main_async(args))
-    data["machine"] = {
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "loadavg_at_start": load,
-        "forced": bool(args.force and load > 0.5),
-        "seconds": round(time.monotonic() - t0),
-    }
+    data["machine"] = machine(load, bool(args.force and load > 0.5), started)
     name = "tools_quick" if args.quick else "tools"
     (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=1))
     text = R.tables(data)
