@@ -86,6 +86,7 @@ from ._tools import Tool as Tool
 from ._tools import ToolInput as ToolInput
 from ._tools import ToolOutcome as ToolOutcome
 from ._tools import agent_tool_plan as agent_tool_plan
+from ._tools import unknown_agent_tool as unknown_agent_tool
 from ._validators import Validator as Validator
 from ._validators import Verdict as Verdict
 from ._validators import json_schema_validator as json_schema_validator
@@ -193,6 +194,7 @@ __all__ = [
     "run_mode",
     "run_validator",
     "split_final_role",
+    "unknown_agent_tool",
     "unregister_mode",
     "validator_from_spec",
     "vote",

@@ -33,6 +33,7 @@ from ._tools import (
     ToolInput,
     agent_tool_plan,
     as_tools,
+    unknown_agent_tool,
 )
 
 #: The task: one user message, chat messages, or a handle already composed.
@@ -197,14 +198,14 @@ async def collaborate(
     for spec in prepared.agents:  # unknown models and adapters fail before anything runs
         bridge_for_spec(spec, engine, all_engines)
     toolbox = as_tools(tools)
-    for spec in prepared.agents:  # an agent names only tools the collaboration has
-        for name in spec.tools or ():
-            if name not in toolbox:
-                raise InvalidCollaboration(
-                    "agents.tools",
-                    f"agent {spec.name!r} names tool {name!r}, which the collaboration "
-                    f"does not have (tools: {sorted(toolbox)})",
-                )
+    unknown = unknown_agent_tool(prepared.agents, toolbox)
+    if unknown is not None:  # an agent names only tools the collaboration has
+        _, spec, name = unknown
+        raise InvalidCollaboration(
+            "agents.tools",
+            f"agent {spec.name!r} names tool {name!r}, which the collaboration "
+            f"does not have (tools: {sorted(toolbox)})",
+        )
     if max_tool_steps < 0:
         raise InvalidCollaboration("max_tool_steps", f"must be >= 0, got {max_tool_steps}")
     if tool_choice not in ("auto", "required"):

@@ -24,6 +24,7 @@ import attrs
 
 from ..engine_bridge import FunctionTool, ToolPlan
 from ._errors import InvalidCollaboration
+from ._spec import AgentSpec
 
 DEFAULT_TOOL_TIMEOUT = 30.0
 DEFAULT_MAX_OUTPUT_CHARS = 4000
@@ -140,6 +141,18 @@ def as_tools(tools: Iterable[ToolInput] | None) -> dict[str, Tool]:
             raise InvalidCollaboration("tools", f"tool name {tool.name!r} is used twice")
         out[tool.name] = tool
     return out
+
+
+def unknown_agent_tool(
+    specs: Sequence[AgentSpec], names: Iterable[str]
+) -> tuple[int, AgentSpec, str] | None:
+    """The first agent (index, spec) naming a tool not in ``names``, and that tool; or None."""
+    known = set(names)
+    for i, spec in enumerate(specs):
+        for name in spec.tools or ():
+            if name not in known:
+                return i, spec, name
+    return None
 
 
 AgentToolChoice = Literal["auto", "required"]

@@ -174,16 +174,16 @@ class ToolCallStream:
 
     def __init__(self, plan: ToolPlan) -> None:
         self._plan = plan
-        self._text: list[str] = []
+        self._text = ""  # everything fed so far (one string: feed runs once per delta)
         self._sent = 0
         self._in_call = plan.whole_reply and plan.active
 
     def feed(self, text: str) -> str:
         """Add streamed text; returns the content that can be sent now."""
-        self._text.append(text)
+        self._text += text
+        whole = self._text
         if self._in_call or not self._plan.active:
-            return "" if self._in_call else self._release(len(self.text))
-        whole = self.text
+            return "" if self._in_call else self._release(len(whole))
         at = whole.find(CALL_OPEN, max(0, self._sent - len(CALL_OPEN)))
         if at >= 0:
             self._in_call = True
@@ -193,7 +193,7 @@ class ToolCallStream:
 
     @property
     def text(self) -> str:
-        return "".join(self._text)
+        return self._text
 
     def finish(self) -> tuple[str, list[dict[str, Any]]]:
         """The content not sent yet and the reply's calls, once the generation ended."""
@@ -205,7 +205,7 @@ class ToolCallStream:
 
     def _release(self, end: int) -> str:
         end = max(end, self._sent)
-        out = self.text[self._sent : end]
+        out = self._text[self._sent : end]
         self._sent = end
         return out
 

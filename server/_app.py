@@ -39,6 +39,7 @@ from ..collab import (
     collaborate,
     mcp_tools,
     prepare_collaboration,
+    unknown_agent_tool,
 )
 from ..engine_bridge import (
     EngineBridge,
@@ -908,15 +909,14 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
         )
         raise bad_request(f"{field}: {exc.reason}", field) from None
     tools = _server_tools(state, body)
-    names = {t.name for t in tools}
-    for i, spec in enumerate(specs):
-        unknown = [n for n in spec.tools or () if n not in names]
-        if unknown:
-            raise bad_request(
-                f"agents[{i}].tools: {unknown[0]!r} is not among the collaboration's tools "
-                f"({sorted(names)})",
-                f"agents[{i}].tools",
-            )
+    names = sorted(t.name for t in tools)
+    unknown = unknown_agent_tool(specs, names)
+    if unknown is not None:  # refused before anything streams
+        i, _, name = unknown
+        raise bad_request(
+            f"agents[{i}].tools: {name!r} is not among the collaboration's tools ({names})",
+            f"agents[{i}].tools",
+        )
     messages = _messages(body)
     if tools:  # the description goes first; collaborate composes the context itself
         messages = with_tool_instructions(messages, agent_tool_plan({t.name: t for t in tools}))
