@@ -22,7 +22,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 import anyio
 import attrs
 
-from ..engine_bridge import FunctionTool, ToolPlan
+from ..engine_bridge import TOOL_NAME, FunctionTool, ToolPlan
 from ._errors import InvalidCollaboration
 from ._spec import AgentSpec
 
@@ -66,11 +66,9 @@ class Tool:
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
 
     def __attrs_post_init__(self) -> None:
-        import re
-
-        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", self.name):
+        if not TOOL_NAME.fullmatch(self.name):
             raise InvalidCollaboration(
-                "tools", f"tool name {self.name!r} is not [A-Za-z0-9_-]{{1,64}}"
+                "tools", f"tool name {self.name!r} is not {TOOL_NAME.pattern}"
             )
         if self.timeout <= 0 or self.max_output_chars < 1:
             raise InvalidCollaboration(

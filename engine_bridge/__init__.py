@@ -32,6 +32,8 @@ from ._retention import Retain as Retain
 from ._retention import RetentionStats as RetentionStats
 from ._scripted import ScriptedEngine as ScriptedEngine
 from ._tokenizer import ToyTokenizer as ToyTokenizer
+from ._tool_calls import TOOL_NAME as TOOL_NAME
+from ._tool_calls import TOOL_NAME_PATTERN as TOOL_NAME_PATTERN
 from ._tool_calls import FunctionTool as FunctionTool
 from ._tool_calls import ToolCallStream as ToolCallStream
 from ._tool_calls import ToolChoice as ToolChoice
@@ -53,6 +55,8 @@ from ._vllm import VLLMBridge as VLLMBridge
 __all__ = [
     "MAX_TOP_LOGPROBS",
     "RELEASE_CAUSES",
+    "TOOL_NAME",
+    "TOOL_NAME_PATTERN",
     "AdapterRef",
     "ChatComposer",
     "ChatTemplate",

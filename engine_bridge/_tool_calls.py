@@ -21,6 +21,7 @@ tool result.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -29,6 +30,10 @@ import attrs
 
 from ._errors import RequestRefused
 from ._types import Sampling, TaggedJson
+
+#: What a tool may be called (OpenAI's rule); ``TOOL_NAME_PATTERN`` is its JSON Schema form.
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+TOOL_NAME_PATTERN = f"^{TOOL_NAME.pattern}$"
 
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"

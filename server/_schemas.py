@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from ..collab import agent_json_schema, graph_json_schema
+from ..engine_bridge import TOOL_NAME_PATTERN
 
 #: ``agents``: JSON objects checked by ``AgentSpec.from_dict``, documented by its schema.
 AgentList = Annotated[
@@ -141,7 +142,7 @@ ToolList = Annotated[
                     "function": {
                         "type": "object",
                         "properties": {
-                            "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                            "name": {"type": "string", "pattern": TOOL_NAME_PATTERN},
                             "description": {"type": "string"},
                             "parameters": {"type": "object"},
                             "strict": {"type": "boolean"},

@@ -8,16 +8,22 @@ JSON into a ``ToolPlan`` and renders the history's calls and results.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..collab import InvalidCollaboration, McpServer, Tool, ToolServerError
-from ..engine_bridge import FunctionTool, RequestRefused, ToolChoice, ToolPlan, render_tool_calls
+from ..engine_bridge import (
+    TOOL_NAME,
+    TOOL_NAME_PATTERN,
+    FunctionTool,
+    RequestRefused,
+    ToolChoice,
+    ToolPlan,
+    render_tool_calls,
+)
 from ._errors import bad_request
 
 MAX_TOOLS = 128
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 # -- requests ------------------------------------------------------------------------------
@@ -61,9 +67,9 @@ def _function_tool(raw: Mapping[str, Any], where: str) -> FunctionTool:
         field = f"{where}.function.{unknown[0]}"
         raise bad_request(f"{field}: unknown field", field)
     name = fn.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
         raise bad_request(
-            f"{where}.function.name must match {_NAME.pattern}", f"{where}.function.name"
+            f"{where}.function.name must match {TOOL_NAME_PATTERN}", f"{where}.function.name"
         )
     description = fn.get("description", "")
     if not isinstance(description, str):

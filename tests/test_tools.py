@@ -123,6 +123,7 @@ def test_parse_auto_reply_splits_content_from_calls() -> None:
         (None, "required", "tool_choice"),
         ([{"type": "retrieval"}], None, "tools[0].type"),
         ([{"type": "function", "function": {"name": "a b"}}], None, "tools[0].function.name"),
+        ([{"type": "function", "function": {"name": "ab\n"}}], None, "tools[0].function.name"),
         (
             [{"type": "function", "function": {"name": "f", "parameters": {"type": 3}}}],
             None,
