@@ -454,7 +454,7 @@ class ScriptedEngine(EngineBridge):
 
     def _logprobs(self, request: EngineRequest, token_id: int, k: int) -> TokenLogprob:
         """A made-up distribution at one position: the sampled token most likely, sum < 1."""
-        rng = random.Random(hash((self.seed, request.request_id, token_id, k)))
+        rng = _seeded(self.seed, request.request_id, token_id, k)
         p = 0.5 + 0.45 * rng.random()
         top = [(token_id, math.log(p))]
         rest = 1.0 - p
@@ -487,10 +487,7 @@ class ScriptedEngine(EngineBridge):
         salt: object = (
             s.seed if s.seed is not None else (next(self._sampled) if s.temperature > 0 else None)
         )
-        digest = hashlib.blake2b(
-            repr((self.seed, request.prompt.token_ids, salt)).encode(), digest_size=8
-        )
-        return random.Random(int.from_bytes(digest.digest(), "big"))
+        return _seeded(self.seed, request.prompt.token_ids, salt)
 
     # -- the block pool ----------------------------------------------------------------
     def _reset_pool(self) -> None:
@@ -638,3 +635,9 @@ class ScriptedEngine(EngineBridge):
             raise EngineDied(cause, epoch)
         if st.aborted:
             raise _Aborted
+
+
+def _seeded(*parts: object) -> random.Random:
+    """A generator seeded by ``parts`` alike in every process (``hash()`` of a str is not)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return random.Random(int.from_bytes(digest, "big"))
