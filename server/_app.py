@@ -28,13 +28,11 @@ from ..collab import (
     CollaborationEvent,
     CollaborationFailed,
     EventCallback,
-    FieldRule,
     InvalidCollaboration,
     McpServer,
     Outcome,
     PreparedCollaboration,
     Tool,
-    agent_field_rules,
     agent_tool_plan,
     collaborate,
     mcp_tools,
@@ -60,7 +58,7 @@ from ._errors import ApiError, bad_request, error_responses
 from ._guard import Guard
 from ._logprobs import choice_logprobs, logprobs_content
 from ._metrics import ServerMetrics
-from ._params import check_parameters, sampling_fields
+from ._params import check_parameters, check_sampling, max_tokens_of, sampling_fields, stops_of
 from ._responses import completion_responses, health_responses
 from ._retry import (
     EngineLost,
@@ -334,9 +332,10 @@ def _engine(state: _State, name: str | None, param: str = "model") -> EngineBrid
 
 
 def _messages(body: ChatCompletionRequest, plan: ToolPlan | None = None) -> list[dict[str, str]]:
-    """The conversation as role/content pairs, tool calls and results as the model reads them."""
-    if not body.messages:
-        raise bad_request("messages must not be empty", "messages")
+    """The conversation as role/content pairs, tool calls and results as the model reads them.
+
+    ``messages`` is never empty here: the schema's ``minItems`` refuses that with a 400.
+    """
     out: list[dict[str, str]] = []
     call_ids: set[str] = set()
     for i, message in enumerate(body.messages):
@@ -389,48 +388,6 @@ def _message_text(content: str | list[Any] | None, where: str) -> str:
             )
         parts.append(part.text)
     return "".join(parts)
-
-
-#: The sampling bounds a request shares with an agent (``temperature``, ``top_p``).
-_AGENT_RULES = agent_field_rules()
-
-
-def _check_rule(value: float | None, param: str, rule: FieldRule) -> None:
-    """A 400 naming ``param`` when ``value`` breaks the agent field ``rule`` it shares."""
-    reason = rule.problem(value)
-    if reason is not None:
-        raise bad_request(f"{param} {reason}", param)
-
-
-def _max_tokens(body: ChatCompletionRequest) -> int | None:
-    value = (
-        body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    )
-    param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    if value is not None and value < 1:
-        raise bad_request(f"{param} must be >= 1, got {value}", param)
-    return value
-
-
-def _stops(body: ChatCompletionRequest) -> tuple[str, ...]:
-    stop = body.stop
-    if stop is None:
-        return ()
-    stops = (stop,) if isinstance(stop, str) else tuple(stop)
-    if len(stops) > 4 or any(not s for s in stops):
-        raise bad_request("stop must be up to 4 non-empty strings", "stop")
-    return stops
-
-
-def _check_sampling(body: ChatCompletionRequest, limits: ServerLimits) -> None:
-    _check_rule(body.temperature, "temperature", _AGENT_RULES["temperature"])
-    _check_rule(body.top_p, "top_p", _AGENT_RULES["top_p"])
-    if not 1 <= body.n <= limits.max_n:
-        raise bad_request(f"n must be in 1..{limits.max_n}, got {body.n}", "n")
-    if body.seed is not None and not -(2**63) <= body.seed < 2**63:
-        raise bad_request("seed must fit in 64 bits", "seed")
-    _max_tokens(body)
-    _stops(body)
 
 
 async def _compose(bridge: EngineBridge, messages: list[dict[str, str]]) -> KVHandle:
@@ -625,7 +582,7 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
     deadline = anyio.current_time() + state.limits.retry_deadline
     bridge = _engine(state, body.model)
     check_parameters(body, collaboration=False)
-    _check_sampling(body, state.limits)
+    check_sampling(body, state.limits.max_n)
     plan = tool_plan(body.tools, body.tool_choice, body.parallel_tool_calls)
     fields = sampling_fields(body)
     if (
@@ -644,7 +601,7 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
         context = await _compose(bridge, messages)
         prompt = bridge.chat.generation_prompt(context)
         limit = _context_limit(bridge)
-        max_tokens = _max_tokens(body)
+        max_tokens = max_tokens_of(body)
         if max_tokens is None:
             max_tokens = (
                 DEFAULT_MAX_TOKENS
@@ -658,7 +615,7 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
                 temperature=1.0 if body.temperature is None else body.temperature,
                 top_p=1.0 if body.top_p is None else body.top_p,
                 seed=body.seed,
-                stop=_stops(body),  # type: ignore[arg-type]
+                stop=stops_of(body),  # type: ignore[arg-type]
                 **fields,
             )
             if plan is not None:
@@ -852,7 +809,7 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
     if body.n != 1:
         raise bad_request("n must be 1 for a collaboration", "n")
     bridge = _engine(state, body.model)
-    _check_sampling(body, state.limits)
+    check_sampling(body, state.limits.max_n)
     limits = state.limits
     specs: list[AgentSpec] = []
     total = 0

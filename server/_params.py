@@ -2,7 +2,8 @@
 
 One place decides what happens to every parameter of the OpenAI request:
 ``check_parameters`` refuses what is not supported (``REFUSED_PARAMETERS`` and
-anything undeclared), ``sampling_fields`` maps the rest onto ``Sampling``.
+anything undeclared), ``check_sampling`` checks the bounds of the ones honoured,
+``sampling_fields`` (with ``max_tokens_of`` and ``stops_of``) maps them onto ``Sampling``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..collab import FieldRule, agent_field_rules
 from ..engine_bridge import MAX_TOP_LOGPROBS
 from ._errors import bad_request
 from ._schemas import REFUSED_PARAMETERS, ChatCompletionRequest
@@ -31,6 +33,51 @@ _PLAIN_ONLY = (
     "min_p",
     "repetition_penalty",
 )
+
+
+#: The sampling bounds a request shares with an agent (``temperature``, ``top_p``).
+_AGENT_RULES = agent_field_rules()
+
+
+def _check_rule(value: float | None, param: str, rule: FieldRule) -> None:
+    """A 400 naming ``param`` when ``value`` breaks the agent field ``rule`` it shares."""
+    reason = rule.problem(value)
+    if reason is not None:
+        raise bad_request(f"{param} {reason}", param)
+
+
+def max_tokens_of(body: ChatCompletionRequest) -> int | None:
+    """The completion budget asked for (``max_completion_tokens`` first), checked."""
+    value = (
+        body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    )
+    param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+    if value is not None and value < 1:
+        raise bad_request(f"{param} must be >= 1, got {value}", param)
+    return value
+
+
+def stops_of(body: ChatCompletionRequest) -> tuple[str, ...]:
+    """The stop strings asked for, checked (up to 4, none empty)."""
+    stop = body.stop
+    if stop is None:
+        return ()
+    stops = (stop,) if isinstance(stop, str) else tuple(stop)
+    if len(stops) > 4 or any(not s for s in stops):
+        raise bad_request("stop must be up to 4 non-empty strings", "stop")
+    return stops
+
+
+def check_sampling(body: ChatCompletionRequest, max_n: int) -> None:
+    """A 400 naming the first sampling parameter out of bounds."""
+    _check_rule(body.temperature, "temperature", _AGENT_RULES["temperature"])
+    _check_rule(body.top_p, "top_p", _AGENT_RULES["top_p"])
+    if not 1 <= body.n <= max_n:
+        raise bad_request(f"n must be in 1..{max_n}, got {body.n}", "n")
+    if body.seed is not None and not -(2**63) <= body.seed < 2**63:
+        raise bad_request("seed must fit in 64 bits", "seed")
+    max_tokens_of(body)
+    stops_of(body)
 
 
 def check_parameters(body: ChatCompletionRequest, *, collaboration: bool) -> None:
