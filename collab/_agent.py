@@ -93,9 +93,8 @@ class RoleActor(Actor):
         super().__init__()
         self.tools = dict(tools or {})
         self.max_tool_steps = max_tool_steps
-        self._plan = agent_tool_plan(self.tools) if self.tools else None
         # "required": every step but the last is a call (then the model answers)
-        self._call_plan = agent_tool_plan(self.tools, tool_choice) if self.tools else None
+        self._plan = agent_tool_plan(self.tools, tool_choice) if self.tools else None
         self.agent = agent
         self.spec = spec
         self.bridge = bridge
@@ -157,13 +156,12 @@ class RoleActor(Actor):
         prompt = turn.prompt
         for step in range(self.max_tool_steps + 1):
             last = step == self.max_tool_steps
-            step_plan = self._call_plan or plan
-            sampling = turn.sampling if last else step_plan.constrain(turn.sampling)
+            sampling = turn.sampling if last else plan.constrain(turn.sampling)
             done = await self._generate(turn, prompt, sampling, keep=turn.keep or not last)
             result = done.result
             if last or result is None or result.finish_reason != "stop" or self.pruned:
                 return done
-            _, calls = step_plan.parse(result.content)
+            _, calls = plan.parse(result.content)
             if not calls:
                 return done
             prompt = await self._call_tools(turn, result.handle, calls)
