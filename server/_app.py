@@ -875,13 +875,18 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
             f"agents[{i}].tools",
         )
     messages = _messages(body)
-    if tools:  # the description goes first; collaborate composes the context itself
-        messages = with_tool_instructions(messages, agent_tool_plan({t.name: t for t in tools}))
     release = _reserve(state, collaboration=True)
     handed = False
     try:
         _check_engine_queue(state, bridges)
-        composed = await _compose(bridge, messages)
+        # with tools, collaborate composes the context itself (their description first);
+        # the same composition here only measures it for the length check
+        measured = (
+            with_tool_instructions(messages, agent_tool_plan({t.name: t for t in tools}))
+            if tools
+            else messages
+        )
+        composed = await _compose(bridge, measured)
         context: KVHandle | list[dict[str, str]] = messages if tools else composed
         per_agent = [s.max_tokens for s in specs if s.max_tokens is not None]
         budget = max([int(options.get("max_tokens", 256)), *per_agent])

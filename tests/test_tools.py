@@ -338,6 +338,9 @@ def test_agents_call_server_tools_and_the_stream_shows_it(tool_server: LiveServe
     assert all(e["name"] == "lookup" for e in calls)
     assert all(e["ok"] and "2 million" in e["output"] for e in results)
     assert any(e.get("type") == "final" for e in events)
+    engine = tool_server.engines["scripted"]
+    prompt = engine.detokenize(engine.history[-1].prompt.token_ids)  # type: ignore[attr-defined]
+    assert prompt.count("described inside") == 1  # described once, however it was composed
 
 
 def test_an_unregistered_server_tool_is_a_400(tool_server: LiveServer) -> None:
