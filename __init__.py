@@ -44,6 +44,9 @@ from .collab import ModeResult as ModeResult
 from .collab import Outcome as Outcome
 from .collab import Role as Role
 from .collab import RoleDefinition as RoleDefinition
+from .collab import SandboxLimits as SandboxLimits
+from .collab import SandboxResult as SandboxResult
+from .collab import SandboxUnavailable as SandboxUnavailable
 from .collab import TraceRecorder as TraceRecorder
 from .collab import Turn as Turn
 from .collab import TurnDone as TurnDone
@@ -61,7 +64,9 @@ from .collab import prepare_collaboration as prepare_collaboration
 from .collab import python_tests_validator as python_tests_validator
 from .collab import reflect as reflect
 from .collab import register_mode as register_mode
+from .collab import run_sandboxed as run_sandboxed
 from .collab import run_validator as run_validator
+from .collab import sandbox_unavailable as sandbox_unavailable
 from .collab import unregister_mode as unregister_mode
 from .collab import vote as vote
 from .collab import write_trace as write_trace
@@ -144,6 +149,9 @@ __all__ = [
     "RoleDefinition",
     "Runtime",
     "Sampling",
+    "SandboxLimits",
+    "SandboxResult",
+    "SandboxUnavailable",
     "ScriptedEngine",
     "Terminated",
     "TraceRecorder",
@@ -168,7 +176,9 @@ __all__ = [
     "reflect",
     "register_mode",
     "resolve_model",
+    "run_sandboxed",
     "run_validator",
+    "sandbox_unavailable",
     "unregister_mode",
     "vote",
     "write_trace",

@@ -57,6 +57,11 @@ from ._run import ModeInput as ModeInput
 from ._run import PreparedCollaboration as PreparedCollaboration
 from ._run import collaborate as collaborate
 from ._run import prepare_collaboration as prepare_collaboration
+from ._sandbox import SandboxLimits as SandboxLimits
+from ._sandbox import SandboxResult as SandboxResult
+from ._sandbox import SandboxUnavailable as SandboxUnavailable
+from ._sandbox import run_sandboxed as run_sandboxed
+from ._sandbox import sandbox_unavailable as sandbox_unavailable
 from ._scheduling import LEVEL_SPAN as LEVEL_SPAN
 from ._scheduling import ServicePolicy as ServicePolicy
 from ._shortcuts import Target as Target
@@ -144,6 +149,9 @@ __all__ = [
     "Role",
     "RoleActor",
     "RoleDefinition",
+    "SandboxLimits",
+    "SandboxResult",
+    "SandboxUnavailable",
     "ServicePolicy",
     "SoftBallot",
     "SoftTally",
@@ -192,7 +200,9 @@ __all__ = [
     "reflect",
     "register_mode",
     "run_mode",
+    "run_sandboxed",
     "run_validator",
+    "sandbox_unavailable",
     "split_final_role",
     "unknown_agent_tool",
     "unregister_mode",

@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
-import subprocess
-import sys
-import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import anyio
 import attrs
 
 from ._errors import InvalidCollaboration
+from ._sandbox import SandboxLimits, SandboxUnavailable, run_sandboxed, sandbox_unavailable
 
 Validator = Callable[[str], "bool | str | Awaitable[bool | str | None] | None"]
 
@@ -99,32 +95,34 @@ def json_schema_validator(schema: Mapping[str, Any]) -> Callable[[str], str | No
 
 
 def python_tests_validator(
-    tests: str, *, timeout: float = 10.0
+    tests: str, *, timeout: float = 10.0, limits: SandboxLimits | None = None
 ) -> Callable[[str], Awaitable[str | None]]:
-    """A validator that runs ``tests`` (Python asserts) on the answer's code in a subprocess."""
+    """A validator that runs ``tests`` (Python asserts) on the answer's code in a sandbox.
+
+    The candidate's fenced ``python`` block (or the whole answer) and the tests run
+    together in :func:`run_sandboxed`: no network, no new processes, a read-only
+    file system but for a private ``/tmp``, capped CPU, memory and output, killed
+    after ``timeout`` seconds.
+
+    Raises:
+        SandboxUnavailable: this machine cannot build the sandbox (raised here, before
+            any answer is checked, so a collaboration never starts without one).
+    """
+    reason = sandbox_unavailable()
+    if reason is not None:
+        raise SandboxUnavailable(f"python_tests validators need a sandbox: {reason}")
 
     async def validate(text: str) -> str | None:
         code = fenced_block(text, "python")
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "candidate.py")
-            await anyio.Path(path).write_text(code + "\n\n" + tests + "\n")
-            try:
-                proc = await _run_with_timeout(path, timeout)
-            except TimeoutError:
-                return f"the tests did not finish within {timeout} s"
-        if proc.returncode == 0:
+        result = await run_sandboxed(code + "\n\n" + tests + "\n", timeout=timeout, limits=limits)
+        if result.timed_out:
+            return f"the tests did not finish within {timeout} s"
+        if result.ok:
             return None
-        err = proc.stderr.decode(errors="replace").strip().splitlines()
-        return "tests failed: " + (err[-1] if err else f"exit code {proc.returncode}")
+        err = result.stderr.decode(errors="replace").strip().splitlines()
+        return "tests failed: " + (err[-1] if err else f"exit code {result.returncode}")
 
     return validate
-
-
-async def _run_with_timeout(path: str, timeout: float) -> subprocess.CompletedProcess[bytes]:
-    with anyio.fail_after(timeout):
-        return await anyio.run_process(
-            [sys.executable, "-I", path], check=False, stdin=subprocess.DEVNULL
-        )
 
 
 def validator_from_spec(spec: Any) -> Validator:
@@ -163,7 +161,10 @@ def validator_from_spec(spec: Any) -> Validator:
             raise InvalidCollaboration(
                 "collaboration.validator.timeout", "must be in (0, 60] seconds"
             )
-        return python_tests_validator(tests, timeout=float(timeout))
+        try:
+            return python_tests_validator(tests, timeout=float(timeout))
+        except SandboxUnavailable as exc:
+            raise InvalidCollaboration("collaboration.validator.type", str(exc)) from None
     raise InvalidCollaboration(
         "collaboration.validator.type",
         f"unknown validator type {kind!r}; use json, json_schema or python_tests",

@@ -1,0 +1,187 @@
+"""The code sandbox: each escape a client's Python could try is tried, and fails.
+
+Every test runs real code in a real sandbox (namespaces, seccomp, rlimits) and
+checks the effect from outside as well as the verdict inside: the listener got
+no connection, no process is left, no file was written, the secret was not seen.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from microagent.collab import (
+    CollaborationError,
+    SandboxLimits,
+    SandboxUnavailable,
+    run_sandboxed,
+    sandbox_unavailable,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def test_this_machine_can_build_the_sandbox() -> None:
+    # CI and the development machine run Linux with user namespaces; where that is not
+    # so, code validators are refused (tested below), never run unconfined.
+    assert sandbox_unavailable() is None
+
+
+async def test_ordinary_code_runs_and_its_output_comes_back() -> None:
+    source = "import json, threading\nt = threading.Thread(target=print, args=('t',))\n"
+    source += "t.start(); t.join()\nprint(json.dumps({'sum': sum(range(10))}))\n"
+    result = await run_sandboxed(source, timeout=10)
+    assert result.ok and not result.timed_out
+    assert result.stdout.decode().split() == ["t", '{"sum":', "45}"]
+
+
+async def test_a_failing_assert_is_a_nonzero_exit_with_the_traceback() -> None:
+    result = await run_sandboxed("assert 1 + 1 == 3, 'arithmetic'", timeout=10)
+    assert result.returncode == 1 and not result.ok
+    assert result.stderr.decode().strip().splitlines()[-1] == "AssertionError: arithmetic"
+
+
+async def test_no_network_not_even_the_servers_own_port() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        source = (
+            "import socket\n"
+            "for host in ('127.0.0.1', '1.1.1.1'):\n"
+            "    try:\n"
+            f"        socket.create_connection((host, {port}), timeout=2)\n"
+            "    except OSError as exc:\n"
+            "        print(host, type(exc).__name__)\n"
+            "    else:\n"
+            "        print(host, 'CONNECTED')\n"
+        )
+        result = await run_sandboxed(source, timeout=10)
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody knocked
+    assert result.ok, result.stderr
+    lines = result.stdout.decode().splitlines()
+    assert len(lines) == 2 and not any("CONNECTED" in line for line in lines)
+
+
+def _sandbox_processes() -> int:
+    """Processes of any sandbox on this machine: its unshare, or its interpreter."""
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
+    markers = ("unshare --user --map-root-user", "sandbox: seccomp refused")
+    return sum(any(m in line for m in markers) for line in ps.stdout.splitlines())
+
+
+async def test_a_fork_bomb_creates_no_process_and_leaves_nothing_behind() -> None:
+    source = (
+        "import os, subprocess\n"
+        "made = 0\n"
+        "for _ in range(1000):\n"
+        "    try:\n"
+        "        if os.fork() == 0:\n"
+        "            while True: pass\n"
+        "        made += 1\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "try:\n"
+        "    subprocess.run(['sh', '-c', 'true'])\n"
+        "except OSError:\n"
+        "    pass\n"
+        "else:\n"
+        "    made += 1\n"
+        "print('made', made)\n"
+    )
+    result = await run_sandboxed(source, timeout=10)
+    assert result.stdout.decode().split() == ["made", "0"], result.stderr
+    assert _sandbox_processes() == 0
+
+
+async def test_an_infinite_loop_is_killed_at_its_timeout_with_its_whole_tree() -> None:
+    started = time.monotonic()
+    result = await run_sandboxed("while True:\n    pass\n", timeout=1.5)
+    elapsed = time.monotonic() - started
+    assert result.timed_out and result.returncode is None
+    assert 1.5 <= elapsed < 5
+    assert _sandbox_processes() == 0
+
+
+async def test_a_huge_file_stops_at_the_size_limit() -> None:
+    limits = SandboxLimits(file_bytes=1 << 20)
+    source = "open('big', 'wb').write(b'x' * (64 << 20))\n"
+    result = await run_sandboxed(source, timeout=10, limits=limits)
+    assert not result.ok
+    assert "File too large" in result.stderr.decode()
+
+
+async def test_the_file_system_is_read_only_but_for_a_private_tmp() -> None:
+    target = Path(__file__).parent / f".written-by-sandbox-{os.getpid()}"  # not under /tmp
+    assert os.access(target.parent, os.W_OK)  # writable from outside
+    source = (
+        "import os\n"
+        "open('mine', 'w').write('ok')\n"
+        "assert os.getcwd() == '/tmp' and os.listdir('/tmp') == ['mine'], os.listdir('/tmp')\n"
+        f"open({str(target)!r}, 'w').write('escaped')\n"
+    )
+    result = await run_sandboxed(source, timeout=10)
+    assert not result.ok
+    assert "Read-only file system" in result.stderr.decode()
+    assert not target.exists()
+
+
+async def test_memory_is_capped() -> None:
+    limits = SandboxLimits(memory_bytes=128 << 20)
+    result = await run_sandboxed("x = bytearray(512 << 20)\n", timeout=10, limits=limits)
+    assert not result.ok
+    assert "MemoryError" in result.stderr.decode()
+
+
+async def test_the_servers_environment_and_processes_are_invisible(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MICROAGENT_SANDBOX_SECRET", "s3cr3t-value")
+    assert os.environ["MICROAGENT_SANDBOX_SECRET"] == "s3cr3t-value"
+    source = (
+        "import os\n"
+        "seen = [k for k, v in os.environ.items() if 's3cr3t' in v]\n"
+        "pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+        "leaks = []\n"
+        "for p in pids:\n"
+        "    try:\n"
+        "        data = open(f'/proc/{p}/environ', 'rb').read()\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    if b's3cr3t' in data:\n"
+        "        leaks.append(p)\n"
+        "print(seen, pids, leaks, os.getpid())\n"
+    )
+    result = await run_sandboxed(source, timeout=10)
+    assert result.ok, result.stderr
+    assert result.stdout.decode().split() == ["[]", "[1]", "[]", "1"]
+    assert str(os.getpid()).encode() not in result.stdout
+
+
+async def test_output_is_capped_and_the_rest_is_drained() -> None:
+    limits = SandboxLimits(output_bytes=1000)
+    result = await run_sandboxed("print('x' * 5_000_000)\n", timeout=10, limits=limits)
+    assert result.ok and len(result.stdout) == 1000
+
+
+async def test_cancelling_the_caller_kills_the_sandbox() -> None:
+    with anyio.move_on_after(1.0) as scope:
+        await run_sandboxed("import time\ntime.sleep(60)\n", timeout=60)
+    assert scope.cancelled_caught
+    assert _sandbox_processes() == 0
+
+
+async def test_without_namespaces_nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        "microagent.collab._sandbox.sandbox_unavailable", lambda: "namespaces refused"
+    )
+    with pytest.raises(SandboxUnavailable, match="namespaces refused") as info:
+        await run_sandboxed("print(1)", timeout=5)
+    assert isinstance(info.value, CollaborationError)
