@@ -17,6 +17,7 @@ import attrs
 from ..actors import Actor, ActorRef, ActorScope, RestartKind
 from ..engine_bridge import EngineBridge, KVHandle, Sampling
 from ._agent import Role, RoleActor, Turn, TurnDone
+from ._budget import TokenMeter
 from ._errors import CollaborationFailed, InvalidCollaboration
 from ._mode import C, CollaborationOp
 from ._outcome import AgentRecord, CollaborationEvent, event
@@ -56,8 +57,10 @@ class CollaborationContext(Generic[C]):
         tools: Mapping[str, Tool] | None = None,
         max_tool_steps: int = DEFAULT_MAX_TOOL_STEPS,
         tool_choice: AgentToolChoice = "auto",
+        token_budget: int | None = None,
     ) -> None:
         self.op = op
+        self.meter = TokenMeter(token_budget)
         self.tools = dict(tools or {})
         self.max_tool_steps = max_tool_steps
         self.tool_choice: AgentToolChoice = tool_choice
@@ -277,6 +280,10 @@ class CollaborationContext(Generic[C]):
         """
         now = self.now()
         priority = self.scheduling.priority(self.attained_service(), now, turn.priority)
+        steps = 1 + self.max_tool_steps if self.tools_for(role.spec) else 1
+        reserved = turn.sampling.max_tokens * steps
+        self.meter.reserve(reserved)  # TokenBudgetExceeded: the turn is not sent
+        before = role.record.completion_tokens
         try:
             return await role.turn(attrs.evolve(turn, sent_at=now, priority=priority))
         except Exception as exc:
@@ -286,6 +293,8 @@ class CollaborationContext(Generic[C]):
                 "agent_finished", role.agent, finish_reason="error", error=role.record.error
             )
             raise
+        finally:
+            self.meter.settle(reserved, role.record.completion_tokens - before)
 
 
 def bridge_for_spec(

@@ -66,6 +66,15 @@ class CollaborationOp(abc.ABC, Generic[C]):
                 "agents", f"mode {self.name!r} needs at least {self.min_agents} agents, got {total}"
             )
 
+    def max_turns(self, config: C, agents: Sequence[AgentSpec]) -> int | None:
+        """At most how many turns (engine generations) one run makes; ``None``: unknown.
+
+        A server's per-collaboration token budget refuses a request up front when this
+        bound times the largest turn exceeds it; with ``None`` the budget is enforced
+        only as the run goes (``CollaborationContext.turn``).
+        """
+        return None
+
     @abc.abstractmethod
     async def run(self, ctx: CollaborationContext[C]) -> ModeResult:
         """Run the collaboration and return its result."""

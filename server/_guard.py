@@ -7,10 +7,12 @@ costs the server almost nothing and never touches requests already running.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._errors import ApiError
+from ._quota import key_id
 
 _OPEN_PATHS = frozenset({"/health"})
 #: The browser view's static files hold no data: a browser must load them before it can
@@ -21,20 +23,26 @@ _OPEN_PAGES = "/ui"
 class Guard:
     """Checks ``Authorization: Bearer <key>`` (constant time) and caps request bodies.
 
+    With several keys, every one is compared (no early exit), so timing tells nothing
+    about which keys exist; the matching key's digest (``key_id``, never the key) is
+    put in ``scope["state"]["api_key_id"]`` for its quota account.
+
     A body is read whole (up to ``max_body_bytes``) before the app sees it, then
     replayed; the client's later messages (its disconnect) pass through.
     """
 
-    def __init__(self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, api_keys: Sequence[str], max_body_bytes: int) -> None:
+        if any(not k for k in api_keys):
+            raise ValueError("an API key must not be empty")
         self.app = app
-        self.api_key = api_key.encode() if api_key else None
+        self.api_keys = [(k.encode(), key_id(k)) for k in api_keys]
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self.api_key is not None and not _is_open(scope) and not self._authorized(scope):
+        if self.api_keys and not _is_open(scope) and not self._authorize(scope):
             await _send_error(
                 ApiError(
                     401,
@@ -85,12 +93,18 @@ class Guard:
 
         await self.app(scope, replay, send)
 
-    def _authorized(self, scope: Scope) -> bool:
-        assert self.api_key is not None
+    def _authorize(self, scope: Scope) -> bool:
         value = _header(scope, b"authorization") or ""
         scheme, _, token = value.partition(" ")
         given = token.strip().encode() if scheme.lower() == "bearer" else b""
-        return hmac.compare_digest(given, self.api_key)
+        found: str | None = None
+        for key, name in self.api_keys:  # all of them, whatever matched
+            if hmac.compare_digest(given, key) and found is None:
+                found = name
+        if found is None:
+            return False
+        scope.setdefault("state", {})["api_key_id"] = found
+        return True
 
 
 def _is_open(scope: Scope) -> bool:

@@ -60,7 +60,7 @@ def live_server(
     make_engines: Callable[[], Mapping[str, EngineBridge]],
     *,
     portal: anyio.from_thread.BlockingPortal | None = None,
-    api_key: str | None = None,
+    api_key: str | Sequence[str] | None = None,
     limits: ServerLimits | None = None,
     open_engines: bool = True,
     tools: Sequence[Tool] = (),
@@ -96,7 +96,7 @@ def live_server(
             with anyio.from_thread.start_blocking_portal("asyncio") as waiter:
                 waiter.call(_wait_started, server)
             live = LiveServer(portal, app, engines, port)
-            if api_key:
+            if isinstance(api_key, str):
                 live.headers = {"authorization": f"Bearer {api_key}"}
             yield live
         finally:

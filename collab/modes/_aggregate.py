@@ -40,6 +40,9 @@ class Aggregate(CollaborationOp[ModeConfig]):
         super().validate(config, agents)
         split_final_role(agents, "aggregator")
 
+    def max_turns(self, config: ModeConfig, agents: Sequence[AgentSpec]) -> int:
+        return sum(a.count for a in agents)  # each proposer once, the aggregator once
+
     async def run(self, ctx: CollaborationContext[ModeConfig]) -> ModeResult:
         proposer_specs, aggregator_spec = split_final_role(ctx.agents, "aggregator")
         proposers = await ctx.spawn_all(proposer_specs, role="proposer")

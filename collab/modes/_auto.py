@@ -128,6 +128,10 @@ class Auto(CollaborationOp[AutoConfig]):
         if chosen.op is not None:
             chosen.op.validate(chosen.config, agents)
 
+    def max_turns(self, config: AutoConfig, agents: Sequence[AgentSpec]) -> int | None:
+        chosen = plan(config, agents)
+        return 1 if chosen.op is None else chosen.op.max_turns(chosen.config, agents)
+
     async def run(self, ctx: CollaborationContext[AutoConfig]) -> ModeResult:
         chosen = plan(ctx.config, ctx.agents)
         head: dict[str, Any] = {

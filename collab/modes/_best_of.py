@@ -24,6 +24,7 @@ pruned and their requests aborted.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import anyio
@@ -126,6 +127,9 @@ class BestOf(CollaborationOp[BestOfConfig]):
     name = "best_of"
     Config = BestOfConfig
     default_agents: ClassVar[tuple[AgentSpec, ...]] = (AgentSpec("candidate", count=5),)
+
+    def max_turns(self, config: BestOfConfig, agents: Sequence[AgentSpec]) -> int:
+        return 2 * sum(a.count for a in agents)  # each candidate, then its judgement
 
     async def run(self, ctx: CollaborationContext[BestOfConfig]) -> ModeResult:
         config = ctx.config

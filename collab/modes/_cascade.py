@@ -59,6 +59,9 @@ class Cascade(CollaborationOp[CascadeConfig]):
         super().validate(config, agents)
         split_final_role(agents, "verifier")
 
+    def max_turns(self, config: CascadeConfig, agents: Sequence[AgentSpec]) -> int:
+        return sum(a.count for a in agents)  # each drafter once, the verifier at most once
+
     async def run(self, ctx: CollaborationContext[CascadeConfig]) -> ModeResult:
         config = ctx.config
         drafter_specs, verifier_spec = split_final_role(ctx.agents, "verifier")

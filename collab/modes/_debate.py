@@ -9,6 +9,7 @@ Later rounds run at higher engine priority: they are the critical path.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 import anyio
@@ -42,6 +43,9 @@ class Debate(CollaborationOp[DebateConfig]):
     Config = DebateConfig
     default_agents: ClassVar[tuple[AgentSpec, ...]] = (AgentSpec("debater", count=3),)
     min_agents = 2
+
+    def max_turns(self, config: DebateConfig, agents: Sequence[AgentSpec]) -> int:
+        return sum(a.count for a in agents) * (config.rounds or 2)
 
     async def run(self, ctx: CollaborationContext[DebateConfig]) -> ModeResult:
         config = ctx.config

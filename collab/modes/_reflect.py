@@ -9,6 +9,7 @@ validator's error message is fed back to the critic and the reviser.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -58,6 +59,9 @@ class Reflect(CollaborationOp[ReflectConfig]):
         AgentSpec("drafter"),
         AgentSpec("critic", instructions=CRITIC_PROMPT),
     )
+
+    def max_turns(self, config: ReflectConfig, agents: Sequence[AgentSpec]) -> int:
+        return 1 + 2 * (config.rounds or 2)  # the draft, then a critique and a revision a round
 
     async def run(self, ctx: CollaborationContext[ReflectConfig]) -> ModeResult:
         config = ctx.config

@@ -169,6 +169,9 @@ class Vote(CollaborationOp[VoteConfig]):
                     f"position needs at least as many voters as choices ({k}), got {voters}",
                 )
 
+    def max_turns(self, config: VoteConfig, agents: Sequence[AgentSpec]) -> int:
+        return 2 * sum(a.count for a in agents)  # a reasoning turn and an answer turn each
+
     async def run(self, ctx: CollaborationContext[VoteConfig]) -> ModeResult:
         config = ctx.config
         style = config.style
