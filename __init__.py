@@ -80,6 +80,8 @@ from .engine_bridge import GenerationResult as GenerationResult
 from .engine_bridge import HandleMismatch as HandleMismatch
 from .engine_bridge import KVHandle as KVHandle
 from .engine_bridge import ModelPreparationError as ModelPreparationError
+from .engine_bridge import RemoteBridge as RemoteBridge
+from .engine_bridge import RemoteError as RemoteError
 from .engine_bridge import RequestRefused as RequestRefused
 from .engine_bridge import Retain as Retain
 from .engine_bridge import RetentionStats as RetentionStats
@@ -141,6 +143,8 @@ __all__ = [
     "OneForOne",
     "Outcome",
     "OverflowPolicy",
+    "RemoteBridge",
+    "RemoteError",
     "RequestRefused",
     "RestartKind",
     "Retain",

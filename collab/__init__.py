@@ -38,6 +38,7 @@ from ._outcome import AgentFinish as AgentFinish
 from ._outcome import AgentRecord as AgentRecord
 from ._outcome import CollaborationEvent as CollaborationEvent
 from ._outcome import EventType as EventType
+from ._outcome import ModelUsage as ModelUsage
 from ._outcome import Outcome as Outcome
 from ._outcome import Usage as Usage
 from ._outcome import event as event
@@ -144,6 +145,7 @@ __all__ = [
     "ModeRegistry",
     "ModeResult",
     "Node",
+    "ModelUsage",
     "Outcome",
     "PreparedCollaboration",
     "Role",

@@ -128,6 +128,24 @@ class Usage:
 
 
 @attrs.frozen
+class ModelUsage:
+    """One model's share of a collaboration's tokens (its own tokenizer's counts).
+
+    ``remote`` is True for a model behind an endpoint (``RemoteBridge``): its
+    numbers are the ones that endpoint reported; nothing of it is a KV share.
+    """
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    requests: int = 0
+    remote: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
 class Outcome:
     """The result of one collaboration.
 
@@ -144,6 +162,8 @@ class Outcome:
     votes: Mapping[str, int] | None = None
     wall_time: float = 0.0
     details: Mapping[str, Any] = attrs.field(factory=dict)
+    #: per served model (local and remote), the tokens its agents used
+    usage_by_model: Mapping[str, ModelUsage] = attrs.field(factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -153,6 +173,7 @@ class Outcome:
             "early_stopped": self.early_stopped,
             "agents": [a.to_dict() for a in self.agents],
             "usage": self.usage.to_dict(),
+            "usage_by_model": {name: u.to_dict() for name, u in self.usage_by_model.items()},
             "pruned": [a.name for a in self.agents if a.finish_reason == "pruned"],
             "wall_time": round(self.wall_time, 4),
             "details": dict(self.details),

@@ -23,7 +23,7 @@ from ._config import ModeConfig, build_config
 from ._context import CollaborationContext, EventCallback, bridge_for_spec
 from ._errors import CollaborationFailed, InvalidCollaboration
 from ._mode import AnyOp, CollaborationOp, ModeRegistry, ModeResult
-from ._outcome import Outcome, Usage
+from ._outcome import AgentRecord, ModelUsage, Outcome, Usage
 from ._registry import default_registry
 from ._scheduling import ServicePolicy
 from ._spec import AgentInput, AgentSpec
@@ -287,6 +287,25 @@ async def collaborate(
     return outcome
 
 
+def _usage_by_model(
+    ctx: CollaborationContext[Any], records: tuple[AgentRecord, ...]
+) -> dict[str, ModelUsage]:
+    """Each model's totals (the default engine's agents under its name), local and remote."""
+    out: dict[str, ModelUsage] = {}
+    for r in records:
+        name = r.model or ctx.engine.model
+        bridge = ctx.engines.get(name, ctx.engine)
+        u = out.get(name, ModelUsage(remote=bridge.remote))
+        out[name] = attrs.evolve(
+            u,
+            prompt_tokens=u.prompt_tokens + r.prompt_tokens,
+            cached_tokens=u.cached_tokens + r.cached_tokens,
+            completion_tokens=u.completion_tokens + r.completion_tokens,
+            requests=u.requests + r.requests,
+        )
+    return out
+
+
 def _outcome(ctx: CollaborationContext[Any], result: ModeResult, wall: float) -> Outcome:
     records = tuple(ctx.records.values())
     done = [r.completion_tokens for r in records if r.finish_reason in ("stop", "length")]
@@ -305,6 +324,7 @@ def _outcome(ctx: CollaborationContext[Any], result: ModeResult, wall: float) ->
         answer=result.answer,
         agents=records,
         usage=usage,
+        usage_by_model=_usage_by_model(ctx, records),
         rounds=result.rounds,
         early_stopped=result.early_stopped,
         votes=result.votes,

@@ -1,7 +1,8 @@
 """The engine bridge: KV handles, chat composition, and the engines actors generate on.
 
 ``VLLMBridge`` runs one in-process vLLM ``AsyncLLM`` per served model;
-``ScriptedEngine`` is the deterministic test double with vLLM's caching rules.
+``ScriptedEngine`` is the deterministic test double with vLLM's caching rules;
+``RemoteBridge`` runs a role on any OpenAI-compatible endpoint (text crosses, no KV).
 """
 
 from .._public import publish as _publish
@@ -18,6 +19,7 @@ from ._errors import EngineDied as EngineDied
 from ._errors import EngineUnavailable as EngineUnavailable
 from ._errors import HandleMismatch as HandleMismatch
 from ._errors import ModelPreparationError as ModelPreparationError
+from ._errors import RemoteError as RemoteError
 from ._errors import RequestRefused as RequestRefused
 from ._errors import UnknownAdapter as UnknownAdapter
 from ._group import open_bridges as open_bridges
@@ -26,6 +28,7 @@ from ._handle import KVHandle as KVHandle
 from ._lora import make_random_lora as make_random_lora
 from ._models import prepare_model as prepare_model
 from ._models import resolve_model as resolve_model
+from ._remote import RemoteBridge as RemoteBridge
 from ._retention import RELEASE_CAUSES as RELEASE_CAUSES
 from ._retention import ReleaseCause as ReleaseCause
 from ._retention import Retain as Retain
@@ -76,6 +79,8 @@ __all__ = [
     "Message",
     "ModelPreparationError",
     "ReleaseCause",
+    "RemoteBridge",
+    "RemoteError",
     "RequestRefused",
     "Retain",
     "RetentionStats",

@@ -210,6 +210,8 @@ class EngineBridge(abc.ABC):
 
     #: Token-level chat composition with this model's template (set by each engine).
     chat: ChatComposer
+    #: whether the model runs behind a network endpoint (text crosses, no KV is shared)
+    remote = False
 
     def __init__(self, model: str, *, block_size: int) -> None:
         self.model = model

@@ -54,3 +54,24 @@ class UnknownAdapter(EngineBridgeError, KeyError):
 
 class HandleMismatch(EngineBridgeError, ValueError):
     """Two handles cannot be combined (other model, other adapter, not an ancestor…)."""
+
+
+class RemoteError(EngineBridgeError):
+    """A remote model's endpoint failed for good: retries (if any) were spent, or it refused.
+
+    ``remote`` is the served name of the remote (an agent's ``model``), ``status``
+    the last HTTP status (``None`` for a timeout or a dropped connection) and
+    ``attempts`` how many requests were made. The message never holds the key.
+    """
+
+    def __init__(
+        self, remote: str, reason: str, *, status: int | None = None, attempts: int = 1
+    ) -> None:
+        self.remote = remote
+        self.reason = reason
+        self.status = status
+        self.attempts = attempts
+        where = f" (HTTP {status})" if status is not None else ""
+        super().__init__(
+            f"remote model {remote!r} failed after {attempts} attempt(s){where}: {reason}"
+        )

@@ -59,6 +59,7 @@ from ._guard import Guard
 from ._logprobs import choice_logprobs, logprobs_content
 from ._metrics import ServerMetrics
 from ._params import check_parameters, check_sampling, max_tokens_of, sampling_fields, stops_of
+from ._remote import remote_failure
 from ._responses import completion_responses, health_responses
 from ._retry import (
     EngineLost,
@@ -466,6 +467,9 @@ def _engine_error(exc: BaseException, retry: int = 5) -> ApiError:
     """The API error for ``exc``; an engine failure is ``EngineLost`` (503, ``Retry-After``)."""
     if isinstance(exc, ApiError):
         return exc
+    remote = remote_failure(exc)
+    if remote is not None:
+        return remote
     if isinstance(exc, UnknownAdapter):
         return bad_request(str(exc), "adapter", "adapter_not_found")
     if isinstance(exc, RequestRefused):
@@ -988,12 +992,15 @@ def collaboration_response(
 
 def _collab_usage(outcome: Outcome) -> dict[str, Any]:
     u = outcome.usage
-    return _usage(
+    usage = _usage(
         u.prompt_tokens,
         u.cached_tokens,
         u.completion_tokens,
         saved_completion_tokens=u.saved_completion_tokens,
     )
+    # each model's own tokenizer's counts: a remote's are what its endpoint reported
+    usage["by_model"] = {name: m.to_dict() for name, m in outcome.usage_by_model.items()}
+    return usage
 
 
 async def _run_collaboration(
@@ -1029,6 +1036,10 @@ async def _run_collaboration(
         metrics.inc("microagent_collaborations_total", mode=mode, status="invalid")
         raise bad_request(f"{exc.field}: {exc.reason}", exc.field) from None
     except CollaborationFailed as exc:
+        remote = remote_failure(exc)
+        if remote is not None:
+            metrics.inc("microagent_collaborations_total", mode=mode, status="failed")
+            raise remote from None
         lost = _engine_loss(exc, involved, deaths, state.limits.retry_after)
         if lost is not None:
             raise lost from None

@@ -39,6 +39,7 @@ from ._live import LiveView as LiveView
 from ._live import summary_table as summary_table
 from ._progress import EngineStartFailed, open_engines, showing
 from ._quiet import EngineLog, log_level, quiet_engine_logs
+from ._remote import add_remote_options, make_remotes
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -205,6 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
         "then are cancelled (default 30)",
     )
 
+    add_remote_options(serve)
+
     run = sub.add_parser(
         "run",
         help="run one collaboration in the terminal, live",
@@ -310,8 +313,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"microagent serve: {exc}", file=sys.stderr)
         return 2
 
+    try:  # a bad --remote fails before any engine starts
+        remotes = make_remotes(args)
+    except ValueError as exc:
+        print(f"microagent serve: {exc}", file=sys.stderr)
+        return 2
     bridges = make_bridges(args)
     log = _quiet(args, bridges)
+    taken = {b.model for b in bridges}
+    clash = sorted(taken & {r.model for r in remotes})
+    if clash:
+        raise CliError(f"--remote names a model served here already: {clash}")
+    bridges = [*bridges, *remotes]
     limits = ServerLimits(
         max_concurrent_collaborations=args.max_concurrent_collaborations,
         max_total_agents=args.max_agents,

@@ -21,6 +21,28 @@ _USAGE: dict[str, Any] = {
             "required": ["cached_tokens"],
         },
         "saved_completion_tokens": {"type": "integer", "minimum": 0},
+        "by_model": {
+            "type": "object",
+            "description": "With agents: each served model's tokens (its own tokenizer's "
+            "counts; a remote's as its endpoint reported them)",
+            "additionalProperties": {
+                "type": "object",
+                "properties": {
+                    "prompt_tokens": {"type": "integer", "minimum": 0},
+                    "cached_tokens": {"type": "integer", "minimum": 0},
+                    "completion_tokens": {"type": "integer", "minimum": 0},
+                    "requests": {"type": "integer", "minimum": 0},
+                    "remote": {"type": "boolean"},
+                },
+                "required": [
+                    "prompt_tokens",
+                    "cached_tokens",
+                    "completion_tokens",
+                    "requests",
+                    "remote",
+                ],
+            },
+        },
     },
     "required": ["prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"],
 }

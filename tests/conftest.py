@@ -9,6 +9,7 @@ import pytest
 
 if TYPE_CHECKING:
     from _engine import RealEngine
+    from _vllm_server import Server
 
 BACKENDS = [
     pytest.param(("asyncio", {}), id="asyncio"),
@@ -45,3 +46,24 @@ def real_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealEngine
 
     with real_engine_session(tmp_path_factory.mktemp("real-engine")) as engine:
         yield engine
+
+
+@pytest.fixture(scope="session")
+def vllm_server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Server]:
+    """vLLM's own OpenAI server on the default model (the "remote" of hybrid tests).
+
+    Served as ``SERVED_NAME`` at ``.base_url``; ``.metrics()`` reads its counters.
+    The process starts first and the shared ``real_engine`` boots meanwhile
+    (the server needs ~110 s to be healthy, the engine ~25 s).
+    """
+    from _vllm_server import start_server
+
+    server = start_server(tmp_path_factory.mktemp("vllm-server"))
+    try:
+        request.getfixturevalue("real_engine")
+        server.wait_healthy(timeout=420)
+        yield server
+    finally:
+        server.stop()

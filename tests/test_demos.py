@@ -168,3 +168,29 @@ def test_tool_agent(real_engine: RealEngine, use_mcp: bool) -> None:
         e.data["ok"] and "in stock" in e.data["output"] for e in results
     )
     real_engine.assert_idle()
+
+
+def test_hybrid_cascade(real_engine: RealEngine) -> None:
+    """The hybrid demo with a fake remote verifier (tests/test_remote_real.py runs it on vLLM's)."""
+    from _fake_openai import Reply, fake_endpoint
+    from microagent import RemoteBridge
+
+    demo = load("hybrid_cascade")
+
+    async def go() -> tuple[Outcome, list[str]]:
+        async with (
+            fake_endpoint(Reply(("ACCEPT",), usage=(90, 2, 0))) as fake,
+            RemoteBridge("verifier", fake.url) as remote,
+        ):
+            outcome = await demo.check(
+                real_engine.bridge, remote, demo.QUESTIONS[0], verify="always"
+            )
+            return outcome, [m["content"] for m in fake.requests[0].body["messages"]]
+
+    outcome, sent = real_engine.call(go)
+    assert outcome.details["escalated"] is True and outcome.details["verdict"] == "accepted"
+    assert outcome.answer in ("yes", "no")
+    assert outcome.usage_by_model["verifier"].prompt_tokens == 90
+    assert "Draft 1:" in sent[-1]  # the local drafts reached the remote as text
+    assert "verifier (remote): 1 requests" in demo.report(outcome)
+    real_engine.assert_idle()

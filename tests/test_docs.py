@@ -49,6 +49,7 @@ OWNED_PAGES = (
     "modes/aggregate.md",
     "modes/cascade.md",
     "modes/custom.md",
+    "remote.md",
 )
 
 _USES_VLLM = re.compile(r"^[^#\n]*\bVLLMBridge\b", re.MULTILINE)  # outside comments
