@@ -141,12 +141,15 @@ class CollaborationContext(Generic[C]):
 
         The user turn holds ``parts`` (text, or handles spliced as token ids) and
         then the role's instructions: shared things first, role-specific last.
+        A handle of another model is ``transfer``red first (re-tokenized when the
+        tokenizers differ: a remote role, another served model).
         """
         bridge = bridge or self.bridge_for(spec)
         chat = bridge.chat
         handle = base if base is not None else self.context_for(bridge)
         text = spec.instructions if instructions is None else instructions
-        pieces = [*parts, text] if text else list(parts)
+        moved = [self.transfer(p, bridge) if isinstance(p, KVHandle) else p for p in parts]
+        pieces = [*moved, text] if text else moved
         if len(pieces) == 1:
             handle = chat.append(handle, "user", pieces[0])
         elif pieces:

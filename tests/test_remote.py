@@ -17,7 +17,7 @@ import httpx
 import pytest
 from _fake_openai import FakeEndpoint, Reply, fake_endpoint
 from microagent import CollaborationFailed, RemoteBridge, RemoteError, ScriptedEngine
-from microagent.collab import cascade, collaborate, vote
+from microagent.collab import Graph, cascade, collaborate, collaboration_modes, vote
 from microagent.engine_bridge import EngineBridgeError, RequestRefused, Sampling
 from microagent.engine_bridge._remote import messages_of, retry_after_seconds
 from microagent.server import create_app
@@ -305,6 +305,53 @@ async def test_cascade_escalates_to_the_remote_only_on_disagreement() -> None:
     assert f"Draft 2: {other}" in sent[-1]["content"]
     # agreeing drafters never call the remote
     assert quiet.details["escalated"] is False and len(fake.requests) == 1
+
+
+MIXED_AGENTS: dict[str, list[dict[str, Any]]] = {
+    "cascade": [
+        {"name": "drafter", "count": 2},
+        {"name": "verifier", "role": "verifier", "model": "big"},
+    ],
+    "aggregate": [
+        {"name": "proposer", "count": 2},
+        {"name": "aggregator", "role": "aggregator", "model": "big"},
+    ],
+    "reflect": [{"name": "drafter"}, {"name": "critic", "model": "big"}],
+}
+
+
+@pytest.mark.parametrize("mode", sorted(collaboration_modes()))
+async def test_every_mode_runs_with_local_and_remote_agents(mode: str) -> None:
+    options: dict[str, Any] = {"max_tokens": 8}
+    agents = MIXED_AGENTS.get(mode, [{"name": "near", "count": 2}, {"name": "far", "model": "big"}])
+    if mode == "graph":
+        options["graph"] = (
+            Graph()
+            .node("near", "Answer briefly.", count=2)
+            .node("far", "Give the final answer.", model="big", join=True)
+            .edge("near", "far")
+        )
+        agents = []
+    if mode == "cascade":
+        options["verify"] = "always"
+    async with (
+        serving(Reply(("yes",))) as (fake, big),
+        ScriptedEngine(script=["yes", "no"]) as local,
+    ):
+        outcome = await collaborate(
+            local, mode, QUESTION, agents or None, engines={"big": big}, **options
+        )
+        assert not local.live_requests() and not big.live_requests()
+    by_model = outcome.usage_by_model
+    assert by_model["big"].remote and by_model["big"].requests >= 1
+    assert not by_model["scripted"].remote and by_model["scripted"].requests >= 1
+    assert by_model["big"].prompt_tokens == 11 * by_model["big"].requests  # the endpoint's count
+    assert outcome.usage.prompt_tokens == sum(u.prompt_tokens for u in by_model.values())
+    # only text crossed: plain chat messages, no local chat-template markers inside
+    for seen in fake.requests:
+        for message in seen.body["messages"]:
+            assert message["role"] in ("system", "user", "assistant")
+            assert "<|im_" not in message["content"]
 
 
 async def test_a_down_remote_fails_typed_while_local_roles_keep_going() -> None:

@@ -56,9 +56,14 @@ class Aggregate(CollaborationOp[ModeConfig]):
         first = proposals[ordered[0]].result
         assert first is not None
         chat = aggregator.bridge.chat
-        base = chat.close_turn(first.handle)
         parts: list[str | KVHandle] = []
-        for name in ordered[1:]:
+        base: KVHandle | None = None
+        if first.handle.model == aggregator.bridge.model:  # continue the first proposal
+            base = chat.close_turn(first.handle)
+            rest = ordered[1:]
+        else:  # another model (a remote aggregator): every proposal crosses as text
+            rest = ordered
+        for name in rest:
             result = proposals[name].result
             assert result is not None
             parts.append(f"\nProposal from {name}: ")

@@ -296,7 +296,8 @@ class _Scheduler:
         if len(prompts) > 1:
             common = _common_prefix(prompts)
             role = st.roles[0]
-            if len(common) >= role.bridge.block_size + 1:  # less than a block: nothing to cache
+            # less than a block: nothing to cache; a remote caches nothing of ours
+            if not role.bridge.remote and len(common) >= role.bridge.block_size + 1:
                 handle = role.bridge.handle(common, adapter=role.spec.adapter)
                 with anyio.CancelScope() as scope:  # prune/reset cancels it: the warm-up is aborted
                     st.warm_scope = scope

@@ -74,6 +74,8 @@ class Reflect(CollaborationOp[ReflectConfig]):
         drafter = await ctx.spawn(drafter_spec.agent_names()[0], drafter_spec, "drafter")
         critic = await ctx.spawn(critic_spec.agent_names()[0], critic_spec, "critic")
         chat = drafter.bridge.chat
+        # a critic on another model (a remote, say) gets text, not the drafter's handles
+        crossing = critic.bridge.model != drafter.bridge.model
 
         prompt = ctx.prompt(drafter_spec)
         done = await ctx.turn(
@@ -105,12 +107,19 @@ class Reflect(CollaborationOp[ReflectConfig]):
             thread = chat.close_turn(draft.handle)
             feedback = _feedback(verdict)
             critic_instr = critic_spec.instructions or CRITIC_PROMPT
-            critique_prompt = ctx.prompt(
-                critic_spec,
-                base=thread,
-                instructions=f"{feedback}{critic_instr}",
-                bridge=drafter.bridge,
-            )
+            if crossing:  # the critic reads the draft as text on its own model
+                critique_prompt = ctx.prompt(
+                    critic_spec,
+                    parts=["Draft:\n", draft.output],
+                    instructions=f"\n{feedback}{critic_instr}",
+                )
+            else:  # the critic continues the drafter's thread (its KV is cached)
+                critique_prompt = ctx.prompt(
+                    critic_spec,
+                    base=thread,
+                    instructions=f"{feedback}{critic_instr}",
+                    bridge=drafter.bridge,
+                )
             critique = await ctx.turn(
                 critic,
                 Turn(
@@ -134,11 +143,19 @@ class Reflect(CollaborationOp[ReflectConfig]):
                 break
             if r == rounds:
                 break
-            revise_prompt = ctx.prompt(
-                drafter_spec,
-                base=chat.close_turn(critique.result.handle),
-                instructions=REVISE_PROMPT,
-            )
+            if crossing:  # the critique comes back as text into the drafter's thread
+                revise_prompt = ctx.prompt(
+                    drafter_spec,
+                    base=thread,
+                    parts=["Critique:\n", critique.result.output],
+                    instructions="\n" + REVISE_PROMPT,
+                )
+            else:
+                revise_prompt = ctx.prompt(
+                    drafter_spec,
+                    base=chat.close_turn(critique.result.handle),
+                    instructions=REVISE_PROMPT,
+                )
             revised = await ctx.turn(
                 drafter,
                 Turn(
