@@ -47,6 +47,7 @@ class FakeEndpoint:
     port: int = 0
     requests: list[Seen] = attrs.field(factory=list)
     closed: anyio.Event = attrs.field(factory=anyio.Event)
+    arrived: anyio.Event = attrs.field(factory=anyio.Event)  # set by the first request
     served: int = 0
 
     @property
@@ -73,9 +74,12 @@ class FakeEndpoint:
         while len(rest) < size:
             rest += await stream.receive()
         self.requests.append(Seen(path, headers, json.loads(rest) if rest else {}))
+        self.arrived.set()
         reply = self._next()
-        if reply.delay:
-            await anyio.sleep(reply.delay)
+        if reply.delay:  # nothing sent meanwhile; a client that leaves is seen (EndOfStream)
+            with anyio.move_on_after(reply.delay):
+                while await stream.receive():
+                    pass
         if reply.status != 200:
             extra = "".join(f"{k}: {v}\r\n" for k, v in reply.headers.items())
             data = reply.body.encode()

@@ -7,6 +7,7 @@ run local ScriptedEngine roles beside the remote one.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -426,3 +427,72 @@ async def test_http_a_down_remote_is_a_502_naming_it_and_the_server_stays_up() -
             assert (await client.get("/health")).json()["models"] == ["scripted", "big"]
             metrics = await client.get("/metrics")
             assert metrics.status_code == 200 and KEY not in metrics.text
+
+
+async def test_http_a_hung_remote_blocks_nothing_and_leaving_closes_its_stream() -> None:
+    async with (
+        serving(Reply(delay=60.0), timeout=120.0) as (fake, big),
+        ScriptedEngine(script=["yes"]) as local,
+    ):
+        app = create_app({"scripted": local, "big": big})
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            httpx.AsyncClient(transport=transport, base_url="http://test") as client,
+            anyio.create_task_group() as tg,
+        ):
+            mixed = {
+                "messages": QUESTION,
+                "max_tokens": 8,
+                "agents": [{"name": "near", "count": 2}, {"name": "far", "model": "big"}],
+                "collaboration": {"mode": "vote", "answer": {"choices": ["yes", "no"]}},
+            }
+            tg.start_soon(lambda: client.post("/v1/chat/completions", json=mixed))
+            with anyio.fail_after(10):
+                await fake.arrived.wait()  # the remote voter is waiting on the endpoint
+            assert (await client.get("/health")).status_code == 200
+            local_only = {**mixed, "agents": [{"name": "near", "count": 3}]}
+            r = await client.post("/v1/chat/completions", json=local_only)
+            assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "yes"
+            assert big.live_requests()  # still hung meanwhile
+            tg.cancel_scope.cancel()  # the client leaves
+        with anyio.fail_after(5):
+            await fake.closed.wait()  # the remote's connection was closed
+        assert not big.live_requests() and not local.live_requests()
+
+
+async def test_http_a_streamed_collaboration_reports_usage_by_model() -> None:
+    async with (
+        serving(Reply(('{"answer": "yes"}',), usage=(21, 4, 0))) as (_, big),
+        ScriptedEngine(script=["yes"]) as local,
+    ):
+        app = create_app({"scripted": local, "big": big})
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            body = {
+                "messages": QUESTION,
+                "max_tokens": 8,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "agents": [{"name": "near", "count": 2}, {"name": "far", "model": "big"}],
+                "collaboration": {
+                    "mode": "vote",
+                    "early_stop": False,
+                    "answer": {"choices": ["yes", "no"]},
+                },
+            }
+            r = await client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200
+    chunks = [
+        json.loads(line[5:])
+        for line in r.text.splitlines()
+        if line.startswith("data:") and line.strip() != "data: [DONE]"
+    ]
+    usage = next(c["usage"] for c in chunks if c.get("usage"))
+    assert usage["by_model"]["big"] == {
+        "prompt_tokens": 21,
+        "cached_tokens": 0,
+        "completion_tokens": 4,
+        "requests": 1,
+        "remote": True,
+    }
+    assert usage["by_model"]["scripted"]["requests"] == 2
