@@ -368,6 +368,11 @@ class RemoteBridge(EngineBridge):
             raise _Retry(f"unreadable stream chunk: {exc}") from None
         if finish is None:
             raise _Retry("the stream ended before a finish reason")
+        if skip:  # the retried output stopped short of what was already delivered
+            raise RemoteError(
+                self.model,
+                "the stream was cut and the retried output differs from what was already delivered",
+            )
         if choices:
             answer = _choice_answer("".join(text), request.sampling.choices or ())
             yield EngineStep(tuple(self.tokenize(answer)), answer)

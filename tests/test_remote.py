@@ -214,6 +214,14 @@ async def test_a_cut_stream_whose_retry_diverges_is_a_typed_error() -> None:
     assert "differs" in info.value.reason and len(fake.requests) == 2
 
 
+async def test_a_cut_stream_whose_retry_stops_short_is_a_typed_error() -> None:
+    cut = Reply(("One", " two", " three"), cut_after=2)
+    async with serving(cut, Reply(("One",))) as (fake, bridge):
+        with pytest.raises(RemoteError) as info:
+            await bridge.generate(prompt(bridge), Sampling())
+    assert "differs" in info.value.reason and len(fake.requests) == 2
+
+
 async def test_cancelling_closes_the_remote_connection() -> None:
     async with serving(Reply(("first", " never"), hang_after=1)) as (fake, bridge):
         async with bridge.stream(prompt(bridge), Sampling()) as gen:

@@ -109,6 +109,29 @@ def test_python_cascade_local_drafts_remote_verifies(
     real_engine.assert_idle()
 
 
+def test_python_aggregate_with_a_remote_aggregator(
+    real_engine: RealEngine, big: RemoteBridge, vllm_server: Server
+) -> None:
+    """The local proposals reach the remote as text (re-tokenized), never as a local thread."""
+    local = real_engine.bridge
+    agents = [
+        {"name": "proposer", "count": 2},
+        {"name": "aggregator", "role": "aggregator", "model": "big"},
+    ]
+
+    async def run() -> Outcome:
+        return await collaborate(
+            local, "aggregate", QUESTION, agents, engines={"big": big}, max_tokens=24
+        )
+
+    outcome, delta = counted(vllm_server, lambda: real_engine.call(run))
+    assert outcome.answer.strip()
+    by_model = {k: v.to_dict() for k, v in outcome.usage_by_model.items()}
+    check_remote_usage(by_model, local.model, delta)
+    assert by_model["big"]["requests"] == 1 and by_model[local.model]["requests"] == 2
+    real_engine.assert_idle()
+
+
 def test_http_vote_and_cascade_with_a_remote_agent(
     real_engine: RealEngine, server: LiveServer, vllm_server: Server
 ) -> None:
