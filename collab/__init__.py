@@ -13,6 +13,10 @@ from ._agent import Role as Role
 from ._agent import RoleActor as RoleActor
 from ._agent import Turn as Turn
 from ._agent import TurnDone as TurnDone
+from ._budget import TokenBudgetExceeded as TokenBudgetExceeded
+from ._budget import TokenMeter as TokenMeter
+from ._budget import largest_turn as largest_turn
+from ._budget import worst_case_tokens as worst_case_tokens
 from ._config import ModeConfig as ModeConfig
 from ._config import build_config as build_config
 from ._config import int_in as int_in
@@ -88,6 +92,7 @@ from ._tally import Tally as Tally
 from ._tally import all_agree as all_agree
 from ._tally import majority as majority
 from ._tally import normalize_answer as normalize_answer
+from ._tools import DEFAULT_MAX_TOOL_STEPS as DEFAULT_MAX_TOOL_STEPS
 from ._tools import Tool as Tool
 from ._tools import ToolInput as ToolInput
 from ._tools import ToolOutcome as ToolOutcome
@@ -113,6 +118,7 @@ from .trace import write_trace as write_trace
 __all__ = [
     "BUILTIN_EVENTS",
     "DEFAULT_MAX_AGENTS",
+    "DEFAULT_MAX_TOOL_STEPS",
     "LEVEL_SPAN",
     "MAX_AGENT_COUNT",
     "MAX_AGENT_TOKENS",
@@ -144,8 +150,8 @@ __all__ = [
     "ModeInput",
     "ModeRegistry",
     "ModeResult",
-    "Node",
     "ModelUsage",
+    "Node",
     "Outcome",
     "PreparedCollaboration",
     "Role",
@@ -160,6 +166,8 @@ __all__ = [
     "StopRule",
     "Tally",
     "Target",
+    "TokenBudgetExceeded",
+    "TokenMeter",
     "Tool",
     "ToolInput",
     "ToolOutcome",
@@ -189,6 +197,7 @@ __all__ = [
     "graph_json_schema",
     "int_in",
     "json_schema_validator",
+    "largest_turn",
     "load_role",
     "load_roles",
     "majority",
@@ -210,6 +219,7 @@ __all__ = [
     "unregister_mode",
     "validator_from_spec",
     "vote",
+    "worst_case_tokens",
     "write_trace",
 ]
 

@@ -19,6 +19,7 @@ import attrs
 
 from ..actors import Runtime
 from ..engine_bridge import EngineBridge, EngineDied, KVHandle, with_tool_instructions
+from ._budget import TokenBudgetExceeded
 from ._config import ModeConfig, build_config
 from ._context import CollaborationContext, EventCallback, bridge_for_spec
 from ._errors import CollaborationFailed, InvalidCollaboration
@@ -153,6 +154,7 @@ async def collaborate(
     tools: Iterable[ToolInput] | None = None,
     max_tool_steps: int = DEFAULT_MAX_TOOL_STEPS,
     tool_choice: AgentToolChoice = "auto",
+    token_budget: int | None = None,
     **options: object,
 ) -> Outcome:
     """Run one collaboration on ``engine`` and return its outcome.
@@ -177,6 +179,9 @@ async def collaborate(
         tool_choice: ``"auto"`` (the model decides) or ``"required"`` (every step of a
             free turn but the last is a call, ``max_tool_steps`` of them: small models
             that never call on their own still do).
+        token_budget: the most completion tokens the collaboration may generate, all
+            agents together; a turn whose ``max_tokens`` could take it past is not sent
+            (``TokenBudgetExceeded``). ``worst_case_tokens`` tells before it runs.
         **options: the mode's config (``early_stop``, ``rounds``, ``answer``…).
 
     Cancelling the calling task cancels every role actor and aborts every
@@ -185,6 +190,7 @@ async def collaborate(
     Raises:
         InvalidCollaboration: the request is invalid (names the field).
         CollaborationFailed: the collaboration could not produce an answer.
+        TokenBudgetExceeded: it would have gone past ``token_budget``.
     """
     if isinstance(mode, PreparedCollaboration):
         if agents or options:
@@ -248,6 +254,7 @@ async def collaborate(
                 tools=toolbox,
                 max_tool_steps=max_tool_steps,
                 tool_choice=tool_choice,
+                token_budget=token_budget,
             )
             try:
                 result = await prepared.op.run(ctx)
@@ -258,6 +265,11 @@ async def collaborate(
                     f"the engine died: {exc}", tuple(ctx.records.values()), exc
                 ) from exc
             except Exception as exc:  # cancellation is a BaseException: it passes through
+                over = _budget_error(exc)
+                if over is not None:  # raised inside a mode's task group: keep its type
+                    raise TokenBudgetExceeded(
+                        over.reason, tuple(ctx.records.values()), over
+                    ) from exc
                 cause = getattr(exc, "cause", None) or exc
                 raise CollaborationFailed(
                     f"{ctx.mode} failed: {type(exc).__name__}: {cause}",
@@ -285,6 +297,17 @@ async def collaborate(
     if outcome is None:  # the runtime ended the block itself (an escalation)
         raise CollaborationFailed("the actor runtime stopped the collaboration", cause=failure)
     return outcome
+
+
+def _budget_error(exc: BaseException) -> TokenBudgetExceeded | None:
+    if isinstance(exc, TokenBudgetExceeded):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _budget_error(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def _usage_by_model(

@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from ..collab import (
+    DEFAULT_MAX_TOOL_STEPS,
     AgentSpec,
     CollaborationEvent,
     CollaborationFailed,
@@ -32,12 +33,15 @@ from ..collab import (
     McpServer,
     Outcome,
     PreparedCollaboration,
+    TokenBudgetExceeded,
     Tool,
     agent_tool_plan,
     collaborate,
+    largest_turn,
     mcp_tools,
     prepare_collaboration,
     unknown_agent_tool,
+    worst_case_tokens,
 )
 from ..engine_bridge import (
     EngineBridge,
@@ -59,6 +63,7 @@ from ._guard import Guard
 from ._logprobs import choice_logprobs, logprobs_content
 from ._metrics import ServerMetrics
 from ._params import check_parameters, check_sampling, max_tokens_of, sampling_fields, stops_of
+from ._quota import Admission, KeyQuota, Quotas, key_id
 from ._remote import remote_failure
 from ._responses import completion_responses, health_responses
 from ._retry import (
@@ -101,7 +106,12 @@ class ServerLimits:
             whose engine died must have finished its rerun on the restarted engine;
             past it (or when it cannot be run again), a 503 with ``Retry-After``.
         allow_code_validators: accept the ``python_tests`` validator, which runs
-            client-supplied code in a subprocess on this machine (trusted clients only).
+            client-supplied code on this machine, in a sandbox (``run_sandboxed``).
+        max_collaboration_tokens: completion tokens one request may generate, all
+            agents together; a request whose worst case is over it gets 400, and a mode
+            with no known bound is stopped before a turn that could cross it.
+        key_quota: per-API-key limits (requests in flight, tokens per minute; 429 with
+            ``Retry-After``); every client together is one account without a key.
     """
 
     max_agents_per_spec: int = 32
@@ -115,6 +125,8 @@ class ServerLimits:
     retry_after: int = 1
     retry_deadline: float = 120.0
     allow_code_validators: bool = False
+    max_collaboration_tokens: int | None = None
+    key_quota: KeyQuota = attrs.field(factory=KeyQuota)
 
 
 @attrs.define
@@ -128,12 +140,13 @@ class _State:
     collaborations: int = 0
     requests: int = 0
     drain: Drain = attrs.Factory(Drain)
+    quotas: Quotas | None = None
 
 
 def create_app(
     engines: Mapping[str, EngineBridge],
     *,
-    api_key: str | None = None,
+    api_key: str | Sequence[str] | None = None,
     limits: ServerLimits | None = None,
     open_engines: bool = False,
     title: str = "microagent",
@@ -146,7 +159,9 @@ def create_app(
     Args:
         engines: the served models; the first is used when a request names none
             (or names ``"default"`` and no engine is called that).
-        api_key: when set, every route but ``/health`` needs ``Authorization: Bearer <key>``.
+        api_key: when set (one key, or several), every route but ``/health`` and the
+            browser view's files needs ``Authorization: Bearer <key>``; each key has its
+            own quota account (``ServerLimits.key_quota``).
         limits: request and overload limits.
         open_engines: open the bridges on startup and close them on shutdown
             (``microagent serve``); otherwise the caller owns their lifecycle.
@@ -169,6 +184,8 @@ def create_app(
         drain=drain or Drain(),
     )
     state.drain.pending = lambda: state.requests
+    if state.limits.key_quota.limited:
+        state.quotas = Quotas(state.limits.key_quota, retry_after=state.limits.retry_after)
     servers = dict(mcp_servers or {})
     clash = sorted(set(servers) & set(state.tools))
     if clash:
@@ -189,7 +206,8 @@ def create_app(
 
     app = FastAPI(title=title, version="0.1.0", lifespan=lifespan)
     app.state.microagent = state
-    app.add_middleware(Guard, api_key=api_key, max_body_bytes=state.limits.max_body_bytes)
+    keys = [api_key] if isinstance(api_key, str) else list(api_key or ())
+    app.add_middleware(Guard, api_keys=keys, max_body_bytes=state.limits.max_body_bytes)
     add_ui(app)  # the browser view at /ui (static files; it uses the API like any client)
 
     @app.exception_handler(ApiError)
@@ -536,6 +554,51 @@ def _reserve(state: _State, collaboration: bool) -> Callable[[], None]:
     return release
 
 
+def _check_budget(
+    state: _State, worst: int, param: str, prepared: PreparedCollaboration | None = None
+) -> None:
+    """A 400 when a request's worst case is over the server's per-request token budget."""
+    budget = state.limits.max_collaboration_tokens
+    if budget is None or worst <= budget:
+        return
+    how = ""
+    if prepared is not None:
+        turns = prepared.op.max_turns(prepared.config, prepared.agents)
+        how = f" ({turns} turns of up to {largest_turn(prepared)} tokens, tool steps included)"
+    raise bad_request(
+        f"{param}: this request may generate up to {worst} completion tokens{how}, more than "
+        f"this server's budget of {budget} per request; lower max_tokens, the agents' count "
+        "or collaboration.rounds",
+        param,
+        "token_budget_exceeded",
+    )
+
+
+def _admit(state: _State, request: Request, worst: int) -> Admission | None:
+    """Take the request's place in its API key's quota account (429 when full)."""
+    if state.quotas is None:
+        return None
+    key = getattr(request.state, "api_key_id", None) or key_id(None)
+    try:
+        return state.quotas.admit(key, worst)
+    except ApiError as exc:
+        state.metrics.inc("microagent_rejected_total", reason=exc.code or "quota")
+        raise
+
+
+def _settling(release: Callable[[], None], admission: Admission | None) -> Callable[[], None]:
+    """``release`` that also settles ``admission`` (at its worst case, if nothing settled it
+    before: a stream, or a request that failed after it was admitted)."""
+    if admission is None:
+        return release
+
+    def both() -> None:
+        admission.settle(admission.promised)
+        release()
+
+    return both
+
+
 # -- responses ------------------------------------------------------------------------------
 
 
@@ -613,6 +676,7 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
                 else max(1, min(DEFAULT_MAX_TOKENS, limit - len(prompt)))
             )
         _check_length(bridge, len(prompt), max_tokens)
+        _check_budget(state, body.n * max_tokens, "max_tokens")
         try:
             sampling = Sampling(
                 max_tokens=max_tokens,
@@ -631,6 +695,8 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
         except ValueError as exc:
             raise bad_request(str(exc)) from None
         stamp = _Stamp.new(bridge.model)
+        admission = _admit(state, request, len(prompt) * body.n + body.n * max_tokens)
+        release = _settling(release, admission)
         if body.stream:
             handed = True
             return _stream_completion(state, bridge, body, prompt, sampling, stamp, release, plan)
@@ -653,12 +719,14 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
             return Response(status_code=499)
         except Exception as exc:
             raise _engine_error(exc, hint) from None
+        prompt_tokens = sum(r.prompt_tokens for r in results)
+        cached = sum(r.cached_tokens for r in results)
+        completion = sum(r.completion_tokens for r in results)
+        if admission is not None:  # what it used, not its worst case
+            admission.settle(prompt_tokens + completion)
     finally:
         if not handed:
             release()
-    prompt_tokens = sum(r.prompt_tokens for r in results)
-    cached = sum(r.cached_tokens for r in results)
-    completion = sum(r.completion_tokens for r in results)
     state.metrics.add_usage(prompt_tokens, cached, completion)
     return JSONResponse(
         {
@@ -895,6 +963,15 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
         per_agent = [s.max_tokens for s in specs if s.max_tokens is not None]
         budget = max([int(options.get("max_tokens", 256)), *per_agent])
         _check_length(bridge, len(composed) + 16, budget)
+        worst = worst_case_tokens(prepared, tool_steps=DEFAULT_MAX_TOOL_STEPS if tools else 0)
+        if worst is not None:
+            _check_budget(state, worst, "max_tokens", prepared)
+        agents_total = sum(s.count for s in prepared.agents)
+        promised = len(composed) * agents_total + (
+            worst if worst is not None else largest_turn(prepared) * agents_total
+        )
+        admission = _admit(state, request, promised)
+        release = _settling(release, admission)
         stamp = _Stamp.new(bridge.model)
         engines = {name: b for name, b in state.engines.items()}
         for b in state.engines.values():
@@ -926,6 +1003,8 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
             )
         except _ClientGone:  # counted as cancelled by _run_collaboration
             return Response(status_code=499)
+        if admission is not None:  # what it used, not its worst case
+            admission.settle(outcome.usage.prompt_tokens + outcome.usage.completion_tokens)
     finally:
         if not handed:
             release()
@@ -1031,10 +1110,14 @@ async def _run_collaboration(
             on_event=on_event,
             tools=tools,
             tool_choice=tool_choice,
+            token_budget=state.limits.max_collaboration_tokens,
         )
     except InvalidCollaboration as exc:
         metrics.inc("microagent_collaborations_total", mode=mode, status="invalid")
         raise bad_request(f"{exc.field}: {exc.reason}", exc.field) from None
+    except TokenBudgetExceeded as exc:  # a mode with no bound, stopped before crossing it
+        metrics.inc("microagent_collaborations_total", mode=mode, status="invalid")
+        raise bad_request(exc.reason, "max_tokens", "token_budget_exceeded") from None
     except CollaborationFailed as exc:
         remote = remote_failure(exc)
         if remote is not None:

@@ -118,7 +118,8 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
         type=_key_value,
         default=[],
         metavar="KEY=VALUE",
-        help="any other vLLM AsyncEngineArgs field (VALUE parsed as JSON when it can be)",
+        help="any other vLLM AsyncEngineArgs field (VALUE parsed as JSON when it can be); "
+        "with --engine scripted, a ScriptedEngine option (e.g. decode_time_per_token=0.01)",
     )
     _add_verbose(g)
     g.add_argument(
@@ -157,8 +158,30 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     serve.add_argument(
         "--api-key",
+        action="append",
+        default=[],
+        help="require `Authorization: Bearer KEY` (all routes but /health); repeatable, "
+        "each key with its own quota",
+    )
+    serve.add_argument(
+        "--key-max-concurrent",
+        type=_positive,
         default=None,
-        help="require `Authorization: Bearer KEY` (all routes but /health)",
+        help="requests in flight per API key before 429 (default: no limit)",
+    )
+    serve.add_argument(
+        "--key-tokens-per-minute",
+        type=_positive,
+        default=None,
+        help="prompt + completion tokens per API key per sliding minute before 429 "
+        "(default: no limit)",
+    )
+    serve.add_argument(
+        "--max-request-tokens",
+        type=_positive,
+        default=None,
+        help="completion tokens one request (all its agents) may generate; a worse worst "
+        "case gets 400 (default: no limit)",
     )
     serve.add_argument(
         "--max-concurrent-collaborations",
@@ -175,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--allow-code-validators",
         action="store_true",
-        help="accept the python_tests validator (runs client code here; trusted clients only)",
+        help="accept the python_tests validator (runs client code here, sandboxed)",
     )
     serve.add_argument(
         "--tool",
@@ -254,12 +277,37 @@ def build_parser() -> argparse.ArgumentParser:
 # -- engines -----------------------------------------------------------------------------
 
 
+#: The ScriptedEngine's options ``--engine-arg`` may set (its timing and size; no script).
+SCRIPTED_OPTIONS = (
+    "seed",
+    "num_blocks",
+    "max_num_seqs",
+    "prefill_time_per_token",
+    "decode_time_per_token",
+    "reply_words",
+    "retention_budget",
+    "retention_ttl",
+    "history_limit",
+)
+#: requests a served ScriptedEngine keeps in its ``history`` (unbounded, a long run would leak)
+SCRIPTED_HISTORY = 1024
+
+
 def make_bridges(args: argparse.Namespace) -> list[EngineBridge]:
     """One bridge per ``--model`` (``--engine scripted``: one ScriptedEngine)."""
     models: list[str] = args.model or ["default"]
-    if args.engine == "scripted":
-        return [ScriptedEngine(model=m if m != "default" else "scripted") for m in models]
     engine_args = {k: _engine_value(v) for k, v in args.engine_arg}
+    if args.engine == "scripted":
+        unknown = sorted(set(engine_args) - set(SCRIPTED_OPTIONS))
+        if unknown:
+            raise CliError(
+                f"--engine scripted takes --engine-arg {', '.join(SCRIPTED_OPTIONS)}; "
+                f"not {', '.join(unknown)}"
+            )
+        engine_args.setdefault("history_limit", SCRIPTED_HISTORY)
+        return [
+            ScriptedEngine(model=m if m != "default" else "scripted", **engine_args) for m in models
+        ]
     bridges: list[EngineBridge] = []
     for i, model in enumerate(models):
         bridges.append(
@@ -303,6 +351,7 @@ def _async_run(fn: Callable[..., Any], *args: Any) -> Any:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from ._app import ServerLimits, create_app
+    from ._quota import KeyQuota
     from ._shutdown import Drain
     from ._tools import load_tool, mcp_server
 
@@ -330,6 +379,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_total_agents=args.max_agents,
         max_agents_per_spec=args.max_agents_per_spec,
         allow_code_validators=args.allow_code_validators,
+        max_collaboration_tokens=args.max_request_tokens,
+        key_quota=KeyQuota(
+            max_concurrent=args.key_max_concurrent,
+            tokens_per_minute=args.key_tokens_per_minute,
+        ),
     )
     app = create_app(
         {b.model: b for b in bridges},
