@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import anyio
 from hypothesis import strategies as st
 from microagent.collab._debias import voter_order
 
@@ -57,6 +58,19 @@ cache_programs = st.fixed_dictionaries(
 #: virtual seconds a handler works (mostly instant, sometimes long enough to back up a mailbox)
 actor_work = st.sampled_from([0.0, 0.0, 0.0, 0.1, 0.5, 2.0])
 
+#: what a concurrent task does before its next send or get: (checkpoints, virtual seconds)
+#: yield a few times, sleep a little or long; mostly nothing, so sends collide
+task_pauses = st.tuples(st.integers(0, 3), st.sampled_from([0.0, 0.0, 0.0, 0.001, 0.01, 0.1, 0.5]))
+
+
+async def take_pause(pause: tuple[int, float]) -> None:
+    """Do what a drawn ``task_pauses`` value says: yield that many times, then sleep."""
+    checkpoints, seconds = pause
+    for _ in range(checkpoints):
+        await anyio.lowlevel.checkpoint()
+    if seconds:
+        await anyio.sleep(seconds)
+
 
 def _actor_op(op: str, **fields: st.SearchStrategy[object]) -> st.SearchStrategy[dict[str, object]]:
     return st.fixed_dictionaries({"op": st.just(op), **fields})
@@ -89,10 +103,21 @@ _actor_op_kinds: dict[str, st.SearchStrategy[dict[str, object]]] = {
     "cancel_scope": _actor_op("cancel_scope", index=st.integers(0, 10)),
     "close_scope": _actor_op("close_scope", index=st.integers(0, 10)),
     "advance": _actor_op("advance", seconds=st.sampled_from([0.01, 0.1, 0.5, 1.0, 3.0])),
+    # concurrent sender tasks, each telling its messages in order (started, not awaited)
+    "burst": _actor_op(
+        "burst",
+        target=st.integers(0, 50),
+        senders=st.lists(
+            st.lists(st.tuples(task_pauses, actor_work), min_size=1, max_size=5),
+            min_size=2,
+            max_size=4,
+        ),
+    ),
 }
 #: how often each kind of operation is drawn (tells and asks dominate)
 _actor_op_weights = {"spawn": 3, "tell": 8, "ask": 4, "crash": 3, "stop": 1, "generate": 2}
 _actor_op_weights |= {"open_scope": 1, "cancel_scope": 1, "close_scope": 1, "advance": 3}
+_actor_op_weights |= {"burst": 3}
 
 #: one operation of an actor program; actors/scopes are picked by index modulo what exists
 actor_ops = st.sampled_from(
@@ -106,6 +131,30 @@ actor_programs = st.builds(
     st.lists(_actor_op("open_scope"), max_size=2),
     st.lists(actor_spawns, min_size=1, max_size=5),
     st.lists(actor_ops, min_size=10, max_size=40),
+)
+
+#: several concurrent senders into one mailbox (or one actor), and its consumer
+#: ``senders``: per sender, the pause before each of its messages (one message each)
+#: ``consumer``: the pause after each message taken (cycled; slower, so senders back up)
+#: ``crash``: (sender, seq) of messages whose handler raises (actors only; modulo what exists)
+#: ``close``: ``None``, or (virtual time, drain) at which the mailbox is closed / actor stopped
+concurrent_sends = st.fixed_dictionaries(
+    {
+        "capacity": st.integers(1, 4),
+        "policy": st.sampled_from(["block", "block", "fail", "dead_letter"]),
+        "senders": st.lists(st.lists(task_pauses, min_size=1, max_size=8), min_size=2, max_size=5),
+        "consumer": st.lists(
+            st.tuples(st.integers(0, 3), st.sampled_from([0.0, 0.01, 0.1, 0.5])),
+            min_size=1,
+            max_size=6,
+        ),
+        "crash": st.sets(st.tuples(st.integers(0, 4), st.integers(0, 7)), max_size=3),
+        "close": st.one_of(
+            st.none(),
+            st.none(),
+            st.tuples(st.sampled_from([0.0, 0.005, 0.05, 0.3, 1.0]), st.booleans()),
+        ),
+    }
 )
 
 # --- collaboration -------------------------------------------------------------------

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections import deque
+from typing import Any
 
 import anyio
 import pytest
-from hypothesis import given, settings
+from _virtual_asyncio import VIRTUAL_BACKENDS, run_on_virtual_clock
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from microagent.mailbox import (
     DeadLetter,
@@ -20,6 +24,7 @@ from microagent.mailbox import (
     ReplySlot,
     Undeliverable,
 )
+from strategies import concurrent_sends, take_pause
 
 pytestmark = pytest.mark.anyio
 
@@ -240,3 +245,111 @@ def test_model_of_non_blocking_operations(
         assert box.stats().enqueued == puts - sink.total + ops.count("system")
 
     anyio.run(run)
+
+
+# -- several concurrent senders, generated interleavings on virtual time ------------------
+
+
+async def _concurrent_sends(plan: dict[str, Any]) -> None:
+    """Senders and one consumer run concurrently; then every envelope's fate is checked."""
+    capacity, policy = plan["capacity"], OverflowPolicy(plan["policy"])
+    close = plan["close"]
+    sink = DeadLetters(keep=None)
+    box = Mailbox(capacity, policy, owner="/box", dead_letters=sink)
+    arrival: dict[tuple[int, int], int] = {}  # message -> order in which its put was called
+    outcome: dict[tuple[int, int], str] = {}  # what its sender saw
+    closed_at: list[int] = []  # len(arrival) when the mailbox closed
+    delivered: list[tuple[int, int]] = []
+    depths: list[int] = []
+    blocked: list[int] = []
+    senders_done = anyio.Event()
+    running = len(plan["senders"])
+
+    async def sender(i: int, pauses: list[tuple[int, float]]) -> None:
+        nonlocal running
+        for seq, pause in enumerate(pauses):
+            await take_pause(pause)
+            message = (i, seq)
+            arrival[message] = len(arrival)
+            try:
+                outcome[message] = "enqueued" if await box.put(env(message)) else "dropped"
+            except MailboxFull:
+                outcome[message] = "full"
+            if outcome[message] != "enqueued" and not box.closed:
+                # refused only when there was no room (the put did not wait)
+                assert box.stats().depth == capacity, (message, box.stats())
+            depths.append(box.stats().depth)
+        running -= 1
+        if not running:
+            senders_done.set()
+
+    async def consumer() -> None:
+        for n in itertools.count():
+            try:
+                envelope = await box.get()
+            except MailboxClosed:
+                return
+            delivered.append(envelope.message)  # type: ignore[arg-type]
+            depths.append(box.stats().depth)
+            blocked.append(box.stats().blocked_senders)
+            await take_pause(plan["consumer"][n % len(plan["consumer"])])
+
+    async def closer() -> None:
+        if close is not None:
+            await anyio.sleep(close[0])
+            closed_at.append(len(arrival))
+            box.close(drain=close[1])
+        await senders_done.wait()
+        if not box.closed:
+            closed_at.append(len(arrival))
+            box.close(drain=True)  # let the consumer take the rest, then end
+
+    with anyio.fail_after(3600):  # virtual: a deadlock fails at once instead of hanging
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consumer)
+            for i, pauses in enumerate(plan["senders"]):
+                tg.start_soon(sender, i, pauses)
+            tg.start_soon(closer)
+
+    sent = set(arrival)
+    assert sent == {(i, s) for i, p in enumerate(plan["senders"]) for s in range(len(p))}
+    dead = {letter.message: letter.reason for letter in sink}
+    # nothing lost, nothing duplicated: each message delivered once or dead-lettered once
+    assert len(delivered) == len(set(delivered)) and len(dead) == len(sink) == sink.total
+    assert set(delivered) | set(dead) == sent and not set(delivered) & set(dead)
+    # FIFO per sender, and across senders in the order their puts were called
+    assert [arrival[m] for m in delivered] == sorted(arrival[m] for m in delivered)
+    # the reason a message was dead-lettered fits what its sender saw and when
+    r = DeadLetterReason
+    for message, reason in dead.items():
+        seen = outcome[message]
+        if reason is r.REJECTED:
+            assert policy is OverflowPolicy.FAIL and seen == "full"
+        elif reason is r.OVERFLOW:
+            assert policy is OverflowPolicy.DEAD_LETTER and seen == "dropped"
+        elif reason is r.RECIPIENT_STOPPED:  # sent after the close
+            assert seen == "dropped" and arrival[message] >= closed_at[0]
+        else:  # buffered, or its sender blocked, when the mailbox closed without draining
+            assert reason is r.MAILBOX_CLOSED and close is not None and not close[1]
+            assert seen in ("enqueued", "dropped") and arrival[message] < closed_at[0]
+    for message, seen in outcome.items():
+        assert (message in dead) == (seen != "enqueued" or dead.get(message) is r.MAILBOX_CLOSED)
+    if policy is OverflowPolicy.BLOCK and close is None:
+        assert not dead  # back-pressure only: every sender waited its turn
+    # bounded: depth never above capacity; every counter agrees
+    stats = box.stats()
+    assert max(depths, default=0) <= stats.high_water <= capacity
+    assert stats.depth == 0 and stats.blocked_senders == 0 and stats.closed
+    assert stats.delivered == len(delivered) and stats.dead_lettered == len(dead)
+    accepted = sum(seen == "enqueued" for seen in outcome.values())
+    assert stats.enqueued == accepted
+    event(f"most senders blocked at once: {max(blocked, default=0)}")
+    event(f"dead-letter reasons: {sorted({reason.value for reason in dead.values()})}")
+
+
+@pytest.mark.parametrize("backend", VIRTUAL_BACKENDS)
+@settings(max_examples=80, deadline=None)
+@given(plan=concurrent_sends)
+def test_concurrent_senders_keep_fifo_and_lose_nothing(backend: str, plan: dict[str, Any]) -> None:
+    """Several sender tasks, one consumer, generated pauses, every policy, maybe a close."""
+    run_on_virtual_clock(functools.partial(_concurrent_sends, plan), backend)
