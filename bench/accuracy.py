@@ -125,6 +125,12 @@ async def run_one(bridge: Any, method: str, item: Item) -> dict[str, Any]:
             temperature=TEMPERATURE,
             **opts,
         )
+    return outcome_row(method, item, out, time.monotonic() - t0)
+
+
+def outcome_row(method: str, item: Item, out: Any, seconds: float) -> dict[str, Any]:
+    """One result row: the outcome's answer, its samples, costs and diagnostics (shared with
+    ``bench/quality.py``)."""
     voters = [a for a in out.agents if a.role in SAMPLE_ROLES]
     extra: dict[str, Any] = {}
     if "soft" in out.details:
@@ -150,7 +156,7 @@ async def run_one(bridge: Any, method: str, item: Item) -> dict[str, Any]:
         "prompt_tokens": out.usage.prompt_tokens,
         "cached_tokens": out.usage.cached_tokens,
         "completion_tokens": out.usage.completion_tokens,
-        "seconds": round(time.monotonic() - t0, 3),
+        "seconds": round(seconds, 3),
         **extra,
     }
 

@@ -81,3 +81,54 @@ def test_auto_runs_its_strategies_on_the_real_engine(real_engine: RealEngine) ->
     )
     assert checked.details["strategy"] == "best_of_validator"
     assert isinstance(checked.details["valid"], bool)
+
+
+@pytest.mark.parametrize("debias", ["order", "labels"])
+def test_debiased_votes_map_real_answers_back_to_the_choices(
+    real_engine: RealEngine, debias: str
+) -> None:
+    outcome = run(
+        real_engine,
+        "vote",
+        [AgentSpec("voter", count=2)],
+        answer=["yes", "no"],
+        style="direct",
+        max_tokens=8,
+        debias=debias,
+        early_stop=False,
+    )
+    assert outcome.details["debias"] == debias and outcome.answer in ("yes", "no")
+    assert outcome.votes is not None and sum(outcome.votes.values()) == 2
+    assert set(outcome.votes) <= {"yes", "no"}  # letters and reorderings mapped back
+
+
+def test_soft_order_vote_the_published_configuration_in_python(real_engine: RealEngine) -> None:
+    outcome = run(
+        real_engine,
+        "vote",
+        [AgentSpec("voter", count=2)],
+        answer=["yes", "no"],
+        style="direct",
+        max_tokens=8,
+        debias="order",
+        soft=True,
+        early_stop=False,
+    )
+    soft = outcome.details["soft"]
+    assert outcome.answer == max(soft["distribution"], key=soft["distribution"].__getitem__)
+    assert soft["fallbacks"] == 0
+
+
+def test_adaptive_vote_stops_by_its_rule_on_the_real_engine(real_engine: RealEngine) -> None:
+    outcome = run(
+        real_engine,
+        "vote",
+        [AgentSpec("voter", count=6)],
+        answer=["yes", "no"],
+        style="direct",
+        max_tokens=8,
+        adaptive="beta",
+        wave=2,
+    )
+    assert outcome.answer in ("yes", "no")
+    assert 2 <= outcome.details["samples"] <= 6

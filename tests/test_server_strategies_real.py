@@ -1,0 +1,128 @@
+"""Every issue-14 strategy end to end over HTTP (the openai SDK) on the real default model.
+
+Also the published closed-choice configuration (``bench/results/quality_best.json``),
+sent as it is through the SDK's ``extra_body`` with only ``answer.choices`` added.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from _engine import RealEngine
+from test_server_helpers import LiveServer, live_server
+
+pytestmark = pytest.mark.engine
+
+BEST = Path(__file__).resolve().parents[1] / "bench" / "results" / "quality_best.json"
+QUESTION = [{"role": "user", "content": "Is a dog an animal or a fruit?"}]
+CHOICES = ["animal", "fruit"]
+#: strategy -> (agents, collaboration without answer.choices, what details must show)
+STRATEGIES: dict[str, tuple[list[dict[str, Any]], dict[str, Any], str]] = {
+    "debias order": (
+        [{"name": "voter", "count": 2}],
+        {"mode": "vote", "style": "direct", "debias": "order"},
+        "debias",
+    ),
+    "debias labels": (
+        [{"name": "voter", "count": 2}],
+        {"mode": "vote", "style": "direct", "debias": "labels"},
+        "debias",
+    ),
+    "soft": (
+        [{"name": "voter", "count": 2}],
+        {"mode": "vote", "style": "direct", "soft": True},
+        "soft",
+    ),
+    "soft calibrated": (
+        [{"name": "voter", "count": 2}],
+        {
+            "mode": "vote",
+            "style": "direct",
+            "soft": True,
+            "debias": "order",
+            "calibrate": "position",
+        },
+        "soft",
+    ),
+    "adaptive": (
+        [{"name": "voter", "count": 4}],
+        {"mode": "vote", "style": "direct", "adaptive": "beta", "wave": 2},
+        "samples",
+    ),
+    "best_of self": (
+        [{"name": "candidate", "count": 2}],
+        {"mode": "best_of", "judge": "self"},
+        "candidates",
+    ),
+    "auto": ([{"name": "agent", "count": 2}], {"mode": "auto"}, "strategy"),
+}
+
+
+@pytest.fixture(scope="module")
+def server(real_engine: RealEngine) -> Iterator[LiveServer]:
+    bridge = real_engine.bridge
+    with live_server(
+        lambda: {bridge.model: bridge}, portal=real_engine.portal, open_engines=False
+    ) as srv:
+        yield srv
+
+
+def client(srv: LiveServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+def ask(srv: LiveServer, body: dict[str, Any], max_tokens: int = 8) -> dict[str, Any]:
+    done = client(srv).chat.completions.create(
+        model="default",
+        messages=QUESTION,  # type: ignore[arg-type]
+        max_tokens=max_tokens,
+        extra_body=body,
+    )
+    collab: dict[str, Any] = done.model_extra["collaboration"]  # type: ignore[index]
+    assert done.choices[0].message.content == collab["answer"]
+    return collab
+
+
+def test_the_published_configuration_works_as_it_is_through_extra_body(
+    server: LiveServer, real_engine: RealEngine
+) -> None:
+    best = json.loads(BEST.read_text())
+    body = {k: v for k, v in best.items() if k != "max_tokens"}
+    body["collaboration"] = {**best["collaboration"], "answer": {"choices": CHOICES}}
+    collab = ask(server, body, best.get("max_tokens", 8))
+    assert collab["answer"] in CHOICES
+    soft = collab["details"]["soft"]
+    assert soft["fallbacks"] == 0 and abs(sum(soft["distribution"].values()) - 1) < 1e-3
+    assert collab["details"]["debias"] == "order"
+    assert len(collab["agents"]) == best["agents"][0]["count"]
+    real_engine.assert_idle()
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_each_strategy_runs_over_http(
+    name: str, server: LiveServer, real_engine: RealEngine
+) -> None:
+    agents, collaboration, shown = STRATEGIES[name]
+    body = {"agents": agents, "collaboration": {**collaboration, "answer": {"choices": CHOICES}}}
+    collab = ask(server, body)
+    assert collab["answer"] in CHOICES
+    assert shown in collab["details"]
+    real_engine.assert_idle()
+
+
+def test_best_of_with_a_validator_runs_over_http(
+    server: LiveServer, real_engine: RealEngine
+) -> None:
+    body = {
+        "agents": [{"name": "candidate", "count": 2}],
+        "collaboration": {"mode": "best_of", "validator": {"type": "json"}},
+    }
+    collab = ask(server, body, 24)
+    assert "validator" in collab["details"]["scored_by"]
+    assert isinstance(collab["details"]["valid"], bool)
+    real_engine.assert_idle()
