@@ -6,6 +6,7 @@ from collections import OrderedDict
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -18,6 +19,7 @@ from microagent.engine_bridge import (
     GenerationResult,
     KVHandle,
     RequestRefused,
+    Retain,
     Sampling,
     ScriptedEngine,
     ToyTokenizer,
@@ -444,3 +446,174 @@ def test_latency_is_virtual_under_mock_clock() -> None:
 
     elapsed = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert elapsed == pytest.approx(10 * 0.5 + 100 * 1.0)
+
+
+# -- differential: the same request trace on the ScriptedEngine and on real vLLM ------------
+
+
+@attrs.frozen
+class TraceStep:
+    """One request of the trace: ``base`` + ``suffix`` token ids.
+
+    ``base`` is ``"root:N"`` (the first N ids of the root context, all if N is 0),
+    ``"prompt:i"`` / ``"handle:i"`` (the prompt / prompt + output of step i).
+    """
+
+    name: str
+    base: str
+    suffix: tuple[int, ...] = ()
+    adapter: str | None = None
+    retain: str | None = None
+    release: bool = False  # release every retention of the trace after this step
+
+
+def _trace(bridge: Any) -> tuple[tuple[int, ...], list[TraceStep]]:
+    """A root context (unique to this run) and the steps: prefixes, forks, adapters, retention."""
+    from _engine import _context, _fork
+
+    bs = bridge.block_size
+
+    def question(ctx: KVHandle, text: str) -> tuple[int, ...]:
+        return _fork(bridge, ctx, text).since(ctx)
+
+    # the first fork ends 3..6 tokens short of a block: its output fills that block,
+    # so a follow-up hits a block computed while decoding
+    ctx = _context(
+        bridge, 300, lambda c: len(_fork(bridge, c, "What happened first?")) % bs in range(122, 126)
+    )
+    a = question(ctx, "What happened first?")
+    b = question(ctx, "Is anything wrong? Answer yes or no.")
+    c = question(ctx, "Name one word of the log.")
+    follow = question(ctx, "Why?")
+    steps = [
+        TraceStep("cold context", "root:0"),
+        TraceStep("fork a", "root:0", a),
+        TraceStep("fork b", "root:0", b),
+        TraceStep("follow-up on a's answer", "handle:1", follow),
+        TraceStep("fork a again (the same prompt)", "prompt:1"),
+        TraceStep("fork a under lora-a", "prompt:1", adapter="lora-a"),
+        TraceStep("fork a under lora-a again", "prompt:1", adapter="lora-a"),
+        TraceStep("fork b under lora-b", "prompt:2", adapter="lora-b"),
+        TraceStep("two whole blocks of the context", f"root:{2 * bs}"),
+        TraceStep("under one block", f"root:{bs - 1}"),
+        TraceStep("fork c, retained", "root:0", c, retain="diff/c"),
+        TraceStep("on c's answer, then release", "handle:10", follow, release=True),
+        TraceStep("on c's answer again, released", "handle:10", follow),
+    ]
+    return tuple(ctx.token_ids), steps
+
+
+async def _run_trace(
+    engine: Any, root: tuple[int, ...], steps: list[TraceStep], sampling: Sampling
+) -> list[tuple[GenerationResult, tuple[int, int]]]:
+    """Run ``steps`` one after another on ``engine``; each result with the retention stats.
+
+    The stats are (entries, retained blocks) beyond what the engine held before the trace.
+    """
+    before = await engine.retention_stats()
+    out: list[tuple[GenerationResult, tuple[int, int]]] = []
+    for step in steps:
+        kind, _, arg = step.base.partition(":")
+        if kind == "root":
+            n = int(arg)
+            base = engine.handle(root[:n] if n else root)
+        else:
+            result = out[int(arg)][0]
+            base = result.prompt if kind == "prompt" else result.handle
+        prompt = base.extend(step.suffix).with_adapter(engine.resolve_adapter(step.adapter))
+        retain = Retain(step.retain) if step.retain else None
+        result = await engine.generate(prompt, sampling, retain=retain)
+        now = await engine.retention_stats()
+        stats = (now.entries - before.entries, now.retained_blocks - before.retained_blocks)
+        if step.release:
+            await engine.release(prefix="diff/")
+        out.append((result, stats))
+    return out
+
+
+def _expected_cached(prompt: KVHandle, cached_prefix: int, bs: int) -> int:
+    """vLLM's rule: whole blocks of the cached prefix, never the last prompt token."""
+    return min(cached_prefix, len(prompt) - 1) // bs * bs
+
+
+@pytest.mark.engine
+def test_scripted_engine_caches_like_vllm_on_the_same_trace(real_engine: Any) -> None:
+    """Request by request, cached and computed prompt tokens agree with the real engine.
+
+    The trace is sequential (no concurrent prefill to share) and unique to this run
+    (a nonce in the first block), so the real cache's state is determined by the
+    trace alone. The ScriptedEngine gets the real engine's geometry (block size,
+    number of blocks, retention fraction) and, as its script, the real outputs, so
+    that every later prompt holds the same tokens on both.
+    """
+    bridge = real_engine.bridge
+    bs = bridge.block_size
+    root, steps = _trace(bridge)
+    sampling = Sampling(max_tokens=8, temperature=0.0)
+    real = real_engine.call(_run_trace, bridge, root, steps, sampling)
+    real_engine.assert_idle()
+
+    outputs = iter([(r.output_ids, r.finish_reason) for r, _ in real])
+
+    def replay(_prompt: tuple[int, ...], request: EngineRequest) -> list[int]:
+        ids, finish = next(outputs)
+        # vLLM ends a stopped output with its end-of-turn id; the double appends its own
+        return list(ids[:-1] if finish == "stop" else ids)
+
+    capacity = bridge.stats().kv_cache_capacity_tokens
+    scripted = ScriptedEngine(
+        bridge.model,
+        script=replay,
+        block_size=bs,
+        num_blocks=capacity // bs,
+        retention_budget=bridge.retention,
+    )
+    for name, path in bridge.adapters.items():
+        scripted.register_adapter(name, path.path)
+
+    async def on_scripted() -> list[tuple[GenerationResult, tuple[int, int]]]:
+        async with scripted:
+            return await _run_trace(scripted, root, steps, sampling)
+
+    double = anyio.run(on_scripted)
+
+    rows = []
+    for step, (r, r_stats), (d, d_stats) in zip(steps, real, double, strict=True):
+        rows.append(
+            f"{step.name:36} prompt {r.prompt_tokens:4} cached {r.cached_tokens:4}/"
+            f"{d.cached_tokens:4} out {r.completion_tokens}/{d.completion_tokens}"
+        )
+        assert d.prompt.token_ids[: len(r.prompt) - 1] == r.prompt.token_ids[: len(r.prompt) - 1]
+        assert (d.prompt_tokens, d.completion_tokens, d.finish_reason) == (
+            r.prompt_tokens,
+            r.completion_tokens,
+            r.finish_reason,
+        ), step
+        assert (d.cached_tokens, d.computed_tokens) == (r.cached_tokens, r.computed_tokens), (
+            step,
+            rows,
+        )
+        assert (d.expected_cached_tokens, d.cache_miss) == (
+            r.expected_cached_tokens,
+            r.cache_miss,
+        ), step
+        assert r.cached_tokens % bs == 0 and r.computed_tokens >= 1
+        assert d_stats == r_stats, (step, r_stats, d_stats)  # retention entries and blocks
+    print("\n".join(rows))
+    # the trace reaches what it means to: hits on a fork, on decoded blocks, a whole-block
+    # prompt recomputing its last block, adapters apart, a retention that held blocks
+    got = {step.name: r for step, (r, _) in zip(steps, real, strict=True)}
+    assert got["cold context"].cached_tokens == 0
+    assert got["fork a"].cached_tokens == _expected_cached(got["fork a"].prompt, len(root), bs)
+    follow = got["follow-up on a's answer"]
+    decoded = len(got["fork a"].handle) - 1  # the last sampled token is never computed
+    assert follow.cached_tokens == _expected_cached(follow.prompt, decoded, bs)
+    assert got["fork a under lora-a"].cached_tokens == 0
+    assert (
+        got["fork a under lora-a again"].cached_tokens
+        == got["fork a again (the same prompt)"].cached_tokens
+    )
+    assert got["two whole blocks of the context"].cached_tokens == bs
+    assert got["under one block"].cached_tokens == 0
+    assert real[10][1][0] == 1 and real[10][1][1] > 0  # the retention held blocks
+    assert real[12][1] == (0, 0)  # and was released
