@@ -16,7 +16,9 @@ vote can be told apart from a gain of the lettered format alone.
 
 ``best`` is the published configuration, read from ``bench/results/quality_best.json``
 (the exact request fields), so the numbers reported for it are the ones a
-client gets. Best-of-N with a validator is not run: on closed questions the only
+client gets: two voters, one per order of the choices (``debias: order``), soft
+votes read from one-token answers, each order's content-free prior divided out
+(``calibrate: content``). Best-of-N with a validator is not run: on closed questions the only
 validator is the answer key.
 
 Sampling is not seeded (seeds are refused on vLLM's CPU backend), so two runs
@@ -82,18 +84,22 @@ METHODS: dict[str, dict[str, Any]] = {
     "debias5-order": _vote(5, early_stop=False, debias="order"),
     "debias5-labels": _vote(5, early_stop=False, debias="labels"),
     "soft5": _vote(5, early_stop=False, soft=True),
-    "best": {},  # read from quality_best.json: vote-2, debias order, soft
+    "best": {},  # read from quality_best.json: vote-2, debias order, soft, content-calibrated
+    "soft2-order": _vote(2, early_stop=False, debias="order", soft=True),
     "soft2-labels": _vote(2, early_stop=False, debias="labels", soft=True),
     "soft4-order-cal": _vote(4, debias="order", soft=True, calibrate="position"),
+    "soft1-content": _vote(1, soft=True, calibrate="content"),
     "adaptive9": _vote(9, adaptive="beta", wave=2),
     "best5-self": _team("best_of", 5, judge="self", answer_tokens=MAX_TOKENS),
     "auto5": _team("auto", 5),
 }
 #: the methods of --quick (every method; fewer items)
 QUICK_METHODS = tuple(METHODS)
-#: the methods of the full run (sized to fit about 30 minutes): the hard lettered vote is left
-#: out (the lettered format is measured by greedy-labels and soft2-labels)
-FULL_METHODS = tuple(m for m in METHODS if m != "debias5-labels")
+#: the methods of the full run (sized to fit about 30 minutes): the lettered votes beyond
+#: greedy-labels and the position-calibrated soft vote are --quick only
+FULL_METHODS = tuple(
+    m for m in METHODS if m not in ("debias5-labels", "soft2-labels", "soft4-order-cal")
+)
 
 
 def published() -> dict[str, Any]:

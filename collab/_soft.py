@@ -35,6 +35,16 @@ Calibration across voters (``calibrate``):
   and renormalised (the prior-removal of PriDe, Zheng et al. 2023, measured
   on the vote's own voters: no extra request). With fewer than ``k`` ballots
   in those blocks there is no prior and nothing is calibrated.
+- ``content``: contextual calibration (Zhao et al. 2021, arXiv 2102.09690):
+  for each distinct view of the choices, one more constrained answer step is
+  asked with the question replaced by the content-free text ``CONTENT_FREE``
+  (the same instructions and listing, the context's system turns kept). Its
+  distribution over the shown positions is the model's prior for that
+  listing, whatever the question (a preference for "yes", for a word, for the
+  first position); each voter's distribution is divided by its view's prior and
+  renormalised. Costs one short request per distinct view (two for a debiased
+  two-choice vote); only ``style: direct`` (the content-free step is a direct
+  answer).
 
 ``SoftTally`` sums canonical distributions; its exact early-stop test is the
 hard tally's with each outstanding voter worth at most 1 to any choice, and
@@ -51,7 +61,9 @@ import attrs
 
 from ..engine_bridge import MAX_TOP_LOGPROBS, TokenLogprob
 
-SOFT_CALIBRATIONS = ("off", "position")
+SOFT_CALIBRATIONS = ("off", "position", "content")
+#: the question a ``content`` calibration asks instead of the real one
+CONTENT_FREE = "N/A"
 #: alternatives asked per answer token (the most an engine gives)
 SOFT_TOP_LOGPROBS = MAX_TOP_LOGPROBS
 
@@ -115,7 +127,7 @@ class SoftBallot:
         return tuple(out)
 
     def calibrated(self, prior: Sequence[float]) -> SoftBallot:
-        """This ballot with the position prior divided out (positions of zero prior get 0)."""
+        """This ballot with a prior over shown positions divided out (zero prior gives 0)."""
         raw = [p / q if q > 0 else 0.0 for p, q in zip(self.probs, prior, strict=True)]
         total = sum(raw)
         if total <= 0:
@@ -168,11 +180,26 @@ def position_prior(ballots: Sequence[SoftBallot | None], k: int) -> tuple[float,
 
 
 def calibrate(
-    ballots: Sequence[SoftBallot | None], k: int, how: str
+    ballots: Sequence[SoftBallot | None],
+    k: int,
+    how: str,
+    priors: Sequence[Sequence[float] | None] | None = None,
 ) -> tuple[list[SoftBallot | None], tuple[float, ...] | None]:
-    """The ballots under calibration ``how`` (``SOFT_CALIBRATIONS``) and the prior it used."""
+    """The ballots under calibration ``how`` (``SOFT_CALIBRATIONS``) and the prior it used.
+
+    ``priors`` (for ``content``): each voter's content-free distribution over its shown
+    positions (None: none measured, that ballot stays as it is). The returned prior is
+    the position prior (``position``) or None.
+    """
     if how not in SOFT_CALIBRATIONS:
         raise ValueError(f"calibration must be one of {SOFT_CALIBRATIONS}, got {how!r}")
+    if how == "content":
+        if priors is None or len(priors) != len(ballots):
+            raise ValueError("content calibration needs one prior (or None) per ballot")
+        return [
+            b if b is None or q is None else b.calibrated(q)
+            for b, q in zip(ballots, priors, strict=True)
+        ], None
     prior = position_prior(ballots, k) if how == "position" else None
     if prior is None:
         return list(ballots), None

@@ -356,3 +356,75 @@ def test_position_calibration_needs_as_many_voters_as_choices() -> None:
         prepare_collaboration("vote", [{"name": "v", "count": 2}], options)
     assert info.value.field == "collaboration.calibrate"
     prepare_collaboration("vote", [{"name": "v", "count": 3}], options)
+
+
+def test_content_calibration_divides_each_ballot_by_its_own_prior() -> None:
+    ballots = [SoftBallot((0, 1), (0.8, 0.2)), SoftBallot((1, 0), (0.6, 0.4)), None]
+    priors = [(0.8, 0.2), None, (0.5, 0.5)]
+    used, prior = calibrate(ballots, 2, "content", priors)
+    assert prior is None and used[1] is ballots[1] and used[2] is None
+    assert used[0] is not None and used[0].probs == pytest.approx((0.5, 0.5))
+    with pytest.raises(ValueError):
+        calibrate(ballots, 2, "content")
+
+
+async def test_content_calibrated_soft_vote_undoes_a_yes_bias() -> None:
+    """Each voter says "yes" 3:1 whatever it is asked; the question favours "no" slightly."""
+    bias = {"yes": 0.75, "no": 0.25}
+    asked: dict[str, str] = {}
+
+    def probs(request: EngineRequest) -> dict[str, float]:
+        text = request.prompt.text
+        content_free = "N/A" in text and CONTEXT not in text
+        asked[request.request_id] = "null" if content_free else "vote"
+        signal = {"yes": 0.5, "no": 0.5} if content_free else {"yes": 0.45, "no": 0.55}
+        raw = {w: bias[w] * signal[w] for w in ("yes", "no")}
+        return {w: r / sum(raw.values()) for w, r in raw.items()}
+
+    async with ProbEngine(probs) as engine:
+        common = {"answer": ["yes", "no"], "style": "direct", "soft": True, "debias": "order"}
+        plain = await collaborate(engine, "vote", CONTEXT, [AgentSpec("v", count=4)], **common)
+        asked.clear()
+        fixed = await collaborate(
+            engine, "vote", CONTEXT, [AgentSpec("v", count=4)], calibrate="content", **common
+        )
+        assert engine.live_requests() == frozenset()
+    assert plain.answer == "yes" and fixed.answer == "no"
+    assert sorted(asked.values()) == ["null"] * 2 + ["vote"] * 4  # a prior per listing
+    priors = fixed.details["soft"]["content_priors"]
+    assert sorted(tuple(p["shown"]) for p in priors) == [("no", "yes"), ("yes", "no")]
+    for p in priors:
+        assert dict(zip(p["shown"], p["p"], strict=True))["yes"] == pytest.approx(0.75)
+    assert fixed.details["soft"]["distribution"]["no"] == pytest.approx(0.55, abs=1e-3)
+
+
+def test_content_calibration_needs_direct_answers() -> None:
+    options = {"soft": True, "calibrate": "content", "answer": ["yes", "no"], "style": "reason"}
+    with pytest.raises(InvalidCollaboration) as info:
+        prepare_collaboration("vote", None, options)
+    assert info.value.field == "collaboration.calibrate"
+    prepare_collaboration("vote", None, {**options, "style": "direct"})
+
+
+async def test_a_one_token_soft_vote_answers_with_whole_choices() -> None:
+    choices = ["new york", "los angeles"]  # two tokens each, different first tokens
+
+    def probs(request: EngineRequest) -> dict[str, float]:
+        return {"new york": 0.3, "los angeles": 0.7}
+
+    async with ProbEngine(probs) as engine:
+        outcome = await collaborate(
+            engine,
+            "vote",
+            CONTEXT,
+            [AgentSpec("v", count=2)],
+            answer=choices,
+            style="direct",
+            soft=True,
+            debias="order",
+            answer_tokens=1,
+        )
+        assert engine.live_requests() == frozenset()
+    assert outcome.answer == "los angeles" and outcome.votes == {"los angeles": 2}
+    assert all(a.completion_tokens == 1 for a in outcome.agents)
+    assert outcome.details["soft"]["fallbacks"] == 0

@@ -112,11 +112,13 @@ def test_soft_order_vote_the_published_configuration_in_python(real_engine: Real
         max_tokens=8,
         debias="order",
         soft=True,
-        early_stop=False,
+        calibrate="content",
+        answer_tokens=1,
     )
     soft = outcome.details["soft"]
     assert outcome.answer == max(soft["distribution"], key=soft["distribution"].__getitem__)
-    assert soft["fallbacks"] == 0
+    assert soft["fallbacks"] == 0 and len(soft["content_priors"]) == 2
+    assert outcome.votes is not None and set(outcome.votes) <= {"yes", "no"}  # whole choices
 
 
 def test_adaptive_vote_stops_by_its_rule_on_the_real_engine(real_engine: RealEngine) -> None:

@@ -49,6 +49,17 @@ STRATEGIES: dict[str, tuple[list[dict[str, Any]], dict[str, Any], str]] = {
         },
         "soft",
     ),
+    "soft content-calibrated": (
+        [{"name": "voter", "count": 2}],
+        {
+            "mode": "vote",
+            "style": "direct",
+            "soft": True,
+            "debias": "order",
+            "calibrate": "content",
+        },
+        "soft",
+    ),
     "adaptive": (
         [{"name": "voter", "count": 4}],
         {"mode": "vote", "style": "direct", "adaptive": "beta", "wave": 2},
@@ -98,7 +109,9 @@ def test_the_published_configuration_works_as_it_is_through_extra_body(
     assert collab["answer"] in CHOICES
     soft = collab["details"]["soft"]
     assert soft["fallbacks"] == 0 and abs(sum(soft["distribution"].values()) - 1) < 1e-3
-    assert collab["details"]["debias"] == "order"
+    assert collab["details"]["debias"] == "order" and soft["calibrate"] == "content"
+    assert [p["p"] is not None for p in soft["content_priors"]] == [True, True]  # one per order
+    assert all(a["completion_tokens"] <= 2 for a in collab["agents"])  # one-token steps
     assert len(collab["agents"]) == best["agents"][0]["count"]
     real_engine.assert_idle()
 

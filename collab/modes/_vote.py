@@ -38,6 +38,7 @@ from .._debias import DEBIAS_MODES, ChoiceView
 from .._errors import InvalidCollaboration
 from .._mode import CollaborationOp, ModeResult
 from .._soft import (
+    CONTENT_FREE,
     SOFT_CALIBRATIONS,
     SOFT_TOP_LOGPROBS,
     SharedFirstToken,
@@ -101,7 +102,9 @@ class VoteConfig(ModeConfig):
             and max_tokens allows reasoning, direct otherwise).
         wave: start voters k at a time (0 = all at once; an adaptive vote's
             default is ``ADAPTIVE_WAVE``).
-        answer_tokens: budget of the constrained answer step.
+        answer_tokens: budget of the constrained answer step. A soft vote may use 1:
+            its allowed answers start with different tokens, so the first token names
+            the answer (the voter's answer is the choice that token starts).
         debias: with ``answer.choices``: ``order`` (or ``true``): each voter sees
             the choices in its own order; ``labels``: as lettered options in its
             own order, answering with a letter; ``off`` (or ``false``, the default).
@@ -113,8 +116,10 @@ class VoteConfig(ModeConfig):
         soft: with ``answer.choices``: sum each voter's probabilities of the choices
             (read from its answer step's logprobs) instead of counting its sample.
         calibrate: a soft vote's calibration across voters: ``off`` (each voter's
-            distribution renormalised over the choices) or ``position`` (with
-            ``debias``: the voters' mean preference per shown position divided out).
+            distribution renormalised over the choices), ``position`` (with
+            ``debias``: the voters' mean preference per shown position divided out)
+            or ``content`` (``style: direct``: each listing's distribution for a
+            content-free question divided out, one short request per listing).
     """
 
     style: str = attrs.field(default="auto", validator=_style)
@@ -138,6 +143,10 @@ class VoteConfig(ModeConfig):
             )
         if self.calibrate != "off" and not self.soft:
             raise InvalidCollaboration("calibrate", "calibrates soft votes: set soft: true")
+        if self.calibrate == "content" and self.style != "direct":
+            raise InvalidCollaboration(
+                "calibrate", "content asks a direct answer to a content-free question: style direct"
+            )
         if self.calibrate == "position" and self.debias == "off":
             raise InvalidCollaboration(
                 "calibrate", "position needs debias (voters must see the choices in other orders)"
@@ -191,10 +200,14 @@ class Vote(CollaborationOp[VoteConfig]):
         async def cast(i: int, window: list[str]) -> None:
             nonlocal decided, stopped_by
             voter, view = voters[i], views[i]
+            if soft is not None and soft.measures(i):  # content calibration: before its vote
+                soft.priors[soft.keys[i]] = await self._content_prior(ctx, voter, view, soft, i)
             got = await self._vote(ctx, voter, style, view, logprobs=soft is not None)
             if got is None:
                 return
             answer_text, first = got
+            if soft is not None:  # a first token names its choice (answer_tokens: 1)
+                answer_text = soft.complete(i, answer_text, first)
             # a vote that lands after the decision is still counted: it cannot change
             # the winner (that is what "decided" means), and it is real output
             answer = (
@@ -312,11 +325,7 @@ class Vote(CollaborationOp[VoteConfig]):
         """One voter's answer text, and its first answer token's logprobs when asked."""
         config = ctx.config
         spec = voter.spec
-        instructions = spec.instructions or _default_instructions(ctx, style)
-        if view is not None:  # a debiased voter always sees its own listing of the choices
-            own = _view_instructions(view, style)
-            instructions = f"{spec.instructions}\n{own}" if spec.instructions else own
-        prompt = ctx.prompt(spec, instructions=instructions)
+        prompt = ctx.prompt(spec, instructions=_instructions(ctx, spec, style, view))
         answer_sampling = ctx.sampling(spec, max_tokens=config.answer_tokens, constrained=True)
         if view is not None:
             answer_sampling = attrs.evolve(answer_sampling, choices=view.allowed)
@@ -369,6 +378,45 @@ class Vote(CollaborationOp[VoteConfig]):
         voter.record.output = f"{first.content}\n{ANSWER_CUE}: {second.content}"
         return second.content, _first(second.result.logprobs)
 
+    async def _content_prior(
+        self,
+        ctx: CollaborationContext[VoteConfig],
+        voter: Role,
+        view: ChoiceView | None,
+        soft: _Soft,
+        i: int,
+    ) -> tuple[float, ...] | None:
+        """The model's distribution over voter ``i``'s shown choices for a content-free question.
+
+        The context's system turns are kept and the conversation replaced by one user
+        turn, ``CONTENT_FREE``; the instructions and listing are the voter's own.
+        """
+        spec = voter.spec
+        bridge = ctx.bridge_for(spec)
+        system = [m for m in ctx.messages if m.get("role") == "system"]
+        base = bridge.chat.context([*system, {"role": "user", "content": CONTENT_FREE}])
+        prompt = ctx.prompt(spec, base=base, instructions=_instructions(ctx, spec, "direct", view))
+        sampling = ctx.sampling(spec, max_tokens=1, constrained=True)
+        if view is not None:
+            sampling = attrs.evolve(sampling, choices=view.allowed)
+        sampling = attrs.evolve(sampling, logprobs=SOFT_TOP_LOGPROBS)
+        done = await ctx.turn(voter, Turn(prompt, sampling, label="calibrate", keep=False))
+        if done.result is None or done.result.finish_reason == "abort":
+            return None
+        ballot = read_ballot(_first(done.result.logprobs), soft.tokens[i], soft.order(i), None)
+        return None if ballot is None else ballot.probs
+
+
+def _instructions(
+    ctx: CollaborationContext[VoteConfig], spec: AgentSpec, style: str, view: ChoiceView | None
+) -> str:
+    """A voter's instructions: its own or the default, then its listing when debiased."""
+    instructions = spec.instructions or _default_instructions(ctx, style)
+    if view is not None:  # a debiased voter always sees its own listing of the choices
+        own = _view_instructions(view, style)
+        instructions = f"{spec.instructions}\n{own}" if spec.instructions else own
+    return instructions
+
 
 def _first(logprobs: tuple[TokenLogprob, ...] | None) -> TokenLogprob | None:
     return logprobs[0] if logprobs else None
@@ -384,6 +432,10 @@ class _Soft:
     tokens: list[tuple[int, ...]]
     ballots: list[SoftBallot | None]
     tally: SoftTally
+    #: each voter's listing (model, shown choices): voters that share one share a prior
+    keys: list[tuple[str, tuple[str, ...]]]
+    #: ``content``: the content-free distribution per listing (None: not measured)
+    priors: dict[tuple[str, tuple[str, ...]], tuple[float, ...] | None]
 
     @classmethod
     def start(
@@ -400,9 +452,12 @@ class _Soft:
         choices = ctx.choices
         assert choices is not None  # VoteConfig checks it
         tokens: list[tuple[int, ...]] = []
+        keys: list[tuple[str, tuple[str, ...]]] = []
         cache: dict[tuple[str, tuple[str, ...]], tuple[int, ...]] = {}
         for voter, view in zip(voters, views, strict=True):
             allowed = view.allowed if view is not None else choices
+            shown = view.shown if view is not None else choices
+            keys.append((voter.bridge.model, shown))
             key = (voter.bridge.model, allowed)
             if key not in cache:
                 try:
@@ -421,15 +476,35 @@ class _Soft:
             tokens=tokens,
             ballots=[None] * n,
             tally=SoftTally(total_voters=n, choices=choices),
+            keys=keys,
+            priors={},
         )
+
+    def measures(self, i: int) -> bool:
+        """Whether voter ``i`` measures its listing's content-free prior (the first voter of
+        each listing, under ``content`` only)."""
+        return self.calibrate == "content" and self.keys.index(self.keys[i]) == i
+
+    def complete(self, i: int, text: str, first: TokenLogprob | None) -> str:
+        """Voter ``i``'s answer: ``text``, or the allowed answer its first token starts
+        when ``text`` is a cut-off prefix (the first tokens are pairwise different)."""
+        view = self.views[i]
+        allowed = view.allowed if view is not None else self.choices
+        if text in allowed or first is None or first.token_id not in self.tokens[i]:
+            return text
+        return allowed[self.tokens[i].index(first.token_id)]
+
+    def order(self, i: int) -> tuple[int, ...]:
+        """Voter ``i``'s permutation of the canonical choices."""
+        view = self.views[i]
+        return view.order if view is not None else tuple(range(len(self.choices)))
 
     def add(self, i: int, answer: str, first: TokenLogprob | None) -> dict[str, float]:
         """Record voter ``i``'s ballot; return its canonical distribution (for the event)."""
         view = self.views[i]
         shown = view.shown if view is not None else self.choices
-        order = view.order if view is not None else tuple(range(len(self.choices)))
         sampled = shown.index(answer) if answer in shown else None
-        ballot = read_ballot(first, self.tokens[i], order, sampled)
+        ballot = read_ballot(first, self.tokens[i], self.order(i), sampled)
         self.ballots[i] = ballot
         probs = () if ballot is None else ballot.canonical()
         self.tally.add(probs)
@@ -441,7 +516,8 @@ class _Soft:
 
     def finish(self, details: dict[str, object]) -> str:
         """The soft winner under the calibration; its distribution goes into ``details``."""
-        used, prior = calibrate(self.ballots, len(self.choices), self.calibrate)
+        priors = [self.priors.get(key) for key in self.keys]
+        used, prior = calibrate(self.ballots, len(self.choices), self.calibrate, priors)
         final = SoftTally(total_voters=len(used), choices=self.choices)
         for ballot in used:
             final.add(() if ballot is None else ballot.canonical())
@@ -451,6 +527,10 @@ class _Soft:
             "distribution": rounded(final.distribution()),
             "sums": rounded(final.sums),
             "position_prior": None if prior is None else [round(q, 4) for q in prior],
+            "content_priors": [
+                {"shown": list(key[1]), "p": None if q is None else [round(x, 4) for x in q]}
+                for key, q in self.priors.items()
+            ],
             "mean_mass": round(sum(b.mass for b in cast) / len(cast), 4) if cast else 0.0,
             "fallbacks": sum(b.fallback for b in cast),
         }
