@@ -227,8 +227,9 @@ class EngineBridge(abc.ABC):
         self._counters = _Counters()
         # retention key -> the handle whose blocks were retained (this epoch)
         self._retained: dict[str, KVHandle] = {}
-        # resident handle key -> how many of its tokens the engine computed (cached)
-        self._resident: OrderedDict[tuple[object, ...], int] = OrderedDict()
+        # resident handle key (a hash, not the token ids: the tokens of 8 192 long
+        # prompts would stay alive here) -> how many of its tokens the engine computed
+        self._resident: OrderedDict[int, int] = OrderedDict()
         self._adapters: dict[str, AdapterRef] = {}
         self._clock_origin = time.monotonic()
 
@@ -498,7 +499,7 @@ class EngineBridge(abc.ABC):
                 continue
             # the same tokens, known resident in *this* epoch (an old-epoch handle
             # that was re-warmed, or any handle of this epoch)
-            key = (node.token_ids, node.adapter, self.epoch)
+            key = hash((node.token_ids, node.adapter, self.epoch))
             computed = self._resident.get(key)
             if computed is not None:
                 self._resident.move_to_end(key)
@@ -550,8 +551,9 @@ class EngineBridge(abc.ABC):
 
     # -- bookkeeping (used by Generation) ----------------------------------------------
     @staticmethod
-    def _key(handle: KVHandle) -> tuple[object, ...]:
-        return (handle.token_ids, handle.adapter, handle.epoch)
+    def _key(handle: KVHandle) -> int:
+        """A resident handle's key: a collision only miscounts an expected cache hit."""
+        return hash((handle.token_ids, handle.adapter, handle.epoch))
 
     def _register(self, gen: Generation) -> None:
         self._live[gen.request_id] = gen

@@ -125,6 +125,8 @@ class ScriptedEngine(EngineBridge):
         retention_budget: the fraction of ``num_blocks`` that ``retain=`` may hold
             (0 disables retention), with vLLM's rules (see ``Retain``).
         retention_ttl: seconds a retention lives unless it names its own ttl.
+        history_limit: keep only this many of the latest requests in ``history``
+            (None: all of them, for tests; a long-running server needs a bound).
     """
 
     def __init__(
@@ -141,6 +143,7 @@ class ScriptedEngine(EngineBridge):
         reply_words: tuple[int, int] = (4, 24),
         retention_budget: float = 0.5,
         retention_ttl: float | None = None,
+        history_limit: int | None = None,
     ) -> None:
         super().__init__(model, block_size=block_size)
         if block_size < 1 or num_blocks < 1 or max_num_seqs < 1:
@@ -161,7 +164,9 @@ class ScriptedEngine(EngineBridge):
         self.chat = ChatComposer(
             ChatTemplate.chatml(self.tokenize, self.eot_token_id, (*_CHAT_ROLES, "tool")), self
         )
+        #: every request started, oldest first (the latest ``history_limit`` when set)
         self.history: list[EngineRequest] = []
+        self.history_limit = history_limit
         self._open = False
         self._fail_next: BaseException | str | None = None
         self._requests: dict[str, _Request] = {}
@@ -261,6 +266,8 @@ class ScriptedEngine(EngineBridge):
         st = _Request(request, self.epoch, next(self._arrivals))
         self._requests[request.request_id] = st
         self.history.append(request)
+        if self.history_limit is not None and len(self.history) > 2 * self.history_limit:
+            del self.history[: -self.history_limit]  # amortized: trimmed once per limit
         if self._fail_next is not None:
             cause, self._fail_next = self._fail_next, None
             self.kill(cause)

@@ -56,6 +56,18 @@ def test_serve_options_parse() -> None:
         build_parser().parse_args(["serve", "--adapter", "no-equals"])
 
 
+def test_the_scripted_engine_takes_its_timing_from_engine_args() -> None:
+    from microagent.server._cli import CliError, make_bridges
+
+    argv = ["serve", "--engine", "scripted", "--engine-arg", "decode_time_per_token=0.01"]
+    (engine,) = make_bridges(build_parser().parse_args(argv))
+    assert engine.decode_time_per_token == 0.01  # type: ignore[attr-defined]
+    assert engine.history_limit == 1024  # type: ignore[attr-defined]  # a served one is bounded
+    bad = build_parser().parse_args([*argv, "--engine-arg", "enforce_eager=true"])
+    with pytest.raises(CliError, match="not enforce_eager"):
+        make_bridges(bad)
+
+
 def test_run_shows_agents_and_the_token_table(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(
         [

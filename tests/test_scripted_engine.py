@@ -617,3 +617,33 @@ def test_scripted_engine_caches_like_vllm_on_the_same_trace(real_engine: Any) ->
     assert got["under one block"].cached_tokens == 0
     assert real[10][1][0] == 1 and real[10][1][1] > 0  # the retention held blocks
     assert real[12][1] == (0, 0)  # and was released
+
+
+@pytest.mark.anyio
+async def test_a_long_run_keeps_a_bounded_history_and_no_prompt_alive() -> None:
+    import gc
+    import tracemalloc
+
+    async with ScriptedEngine(block_size=4, history_limit=8) as engine:
+
+        async def run(start: int) -> None:
+            for i in range(start, start + 100):
+                prompt = engine.handle(range(1000 + i, 3000 + i))  # 2 000 tokens of its own
+                result = await engine.generate(prompt, Sampling(max_tokens=4))
+                follow = await engine.warm(result.handle.extend([7]))
+                assert not follow.cache_miss  # the resident record still knows the prefix
+
+        await run(0)  # the bounded caches fill (the double's blocks, the resident record)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            await run(100)
+            gc.collect()
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert 8 <= len(engine.history) <= 16
+        # keeping the token ids of its record of resident prefixes (4 per step) would be
+        # ~6 MB here: the bridge keys that record by a hash
+        assert grown < 3_000_000, grown
