@@ -3,11 +3,14 @@
 Counters are plain dicts keyed by label tuples: the server is one event loop,
 so no locking is needed. Engine gauges are read from the bridges at scrape
 time — ``microagent_engine_requests_running`` comes from each engine's
-scheduler, the number that proves cancelled requests really left the engine.
+scheduler, the number that proves cancelled requests really left the engine;
+``microagent_asyncio_tasks`` counts the event loop's tasks (the soak bench
+checks that it comes back to its idle level).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Mapping
 
@@ -162,6 +165,11 @@ class ServerMetrics:
                 "Chat completion requests in progress.",
                 self.requests_running,
             ),
+            (
+                "microagent_asyncio_tasks",
+                "Tasks alive on the server's event loop (-1: not an asyncio loop).",
+                _asyncio_tasks(),
+            ),
         )
         for name, text, total in gauges:
             lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge", f"{name} {total}"]
@@ -247,6 +255,14 @@ _UNLABELLED = {
     "microagent_saved_completion_tokens_total",
     "microagent_sse_dropped_events_total",
 }
+
+
+def _asyncio_tasks() -> int:
+    """Tasks alive on the running asyncio loop (the scrape's own included); -1 elsewhere (trio)."""
+    try:
+        return len(asyncio.all_tasks())
+    except RuntimeError:  # no running asyncio loop
+        return -1
 
 
 def _number(value: float) -> str:
