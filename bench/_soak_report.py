@@ -121,7 +121,7 @@ def tables(data: dict[str, Any]) -> str:
     engine = "the real vLLM engine" if s["engine"] == "vllm" else "the ScriptedEngine"
     lines = [
         f"{s['requests']} requests (after {s['warmup']} of warm-up) from {s['concurrency']} "
-        f"concurrent clients against one `microagent {data['server']['command']}` process on "
+        f"concurrent clients against one `{data['server']['command']}` process on "
         f"{engine}{' (vllm ' + s['vllm'] + ')' if s.get('vllm') else ''}; `max_tokens` "
         f"{s['max_tokens']}–16 ({s['long_tokens']} for requests cut on purpose, "
         f"{s['tool_tokens']} for tool calls); cancels time out after {s['cancel_after_s']} s; "
