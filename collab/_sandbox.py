@@ -5,7 +5,7 @@ a user namespace (no privilege outside it), a network namespace with only a
 loopback that is down (no network), a PID namespace with its own ``/proc``
 (the server's processes, and their environments, cannot be seen), and a mount
 namespace where every mount is read-only except a private, size-capped
-``tmpfs`` at ``/tmp`` (the working directory). The environment is empty but
+``tmpfs`` (its working directory, ``TMPDIR`` and ``HOME``). The environment is empty but
 for ``PATH``/``HOME``/``TMPDIR``; resource limits cap CPU time, address space,
 file size, processes and open files; the whole tree is killed when the wall
 clock runs out or the caller is cancelled; output is capped.
@@ -24,6 +24,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import anyio
@@ -46,7 +47,7 @@ class SandboxLimits:
     Attributes:
         memory_bytes: address space of each process (``RLIMIT_AS``).
         file_bytes: the largest file it may write (``RLIMIT_FSIZE``).
-        tmp_bytes: the size of its private ``/tmp``.
+        tmp_bytes: the size of its private tmpfs (working directory, ``TMPDIR``).
         processes: processes and threads inside the sandbox (``RLIMIT_NPROC``).
         open_files: file descriptors per process (``RLIMIT_NOFILE``).
         output_bytes: stdout and stderr kept, each; the rest is read and dropped.
@@ -85,19 +86,20 @@ class SandboxResult:
 
 
 # Run by the sandbox's first process, as root of its own user namespace: make every
-# mount read-only, give it a private /tmp, then become the limited Python.
+# mount read-only, mount a private tmpfs on the empty directory made for this run (not
+# over /tmp, which may hold the interpreter itself), then become the limited Python.
 _SETUP = (
     "set -e; "
     "for m in $(cut -d' ' -f2 /proc/mounts | sort -u); do "
     'mount -o remount,bind,ro "$m" 2>/dev/null || true; done; '
-    'mount -t tmpfs -o "size=$1,mode=1777,nosuid,nodev" tmpfs /tmp; '
-    "cd /tmp; "
-    "shift; "
+    'mount -t tmpfs -o "size=$1,mode=1777,nosuid,nodev" tmpfs "$2"; '
+    'cd "$2"; '
+    "shift 2; "
     'exec "$@"'
 )
 
 
-def _command(python: str, limits: SandboxLimits, cpu_seconds: int) -> list[str]:
+def _command(python: str, limits: SandboxLimits, cpu_seconds: int, work: str) -> list[str]:
     return [
         "unshare",
         "--user",
@@ -113,6 +115,7 @@ def _command(python: str, limits: SandboxLimits, cpu_seconds: int) -> list[str]:
         _SETUP,
         "sandbox",
         str(limits.tmp_bytes),
+        work,
         "prlimit",
         f"--cpu={cpu_seconds}",
         f"--as={limits.memory_bytes}",
@@ -167,7 +170,9 @@ sys.stdin.close()
 exec(compile(source, "<candidate>", "exec"), {"__name__": "__main__"})
 """
 
-_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
+
+def _env(work: str) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8"}
 
 
 @functools.cache
@@ -175,7 +180,7 @@ def sandbox_unavailable() -> str | None:
     """Why this machine cannot run the sandbox, or ``None`` when it can (probed once).
 
     The probe runs a real sandboxed Python and checks that it has no network and
-    cannot write outside its ``/tmp``.
+    cannot write outside its private tmpfs.
     """
     if platform.machine() not in ("x86_64", "aarch64"):
         return f"no process filter for the {platform.machine()} architecture"
@@ -198,7 +203,7 @@ def sandbox_unavailable() -> str | None:
         "    pass\n"
         "else:\n"
         "    raise SystemExit('file system writable')\n"
-        "open('/tmp/ok', 'w').write('ok')\n"
+        "open(os.path.join(os.environ['TMPDIR'], 'ok'), 'w').write('ok')\n"
         "try:\n"
         "    pid = os.fork()\n"
         "except OSError:\n"
@@ -207,15 +212,16 @@ def sandbox_unavailable() -> str | None:
         "    raise SystemExit('processes can be created')\n"
     )
     try:
-        proc = subprocess.run(
-            _command(sys.executable, SandboxLimits(), 10),
-            input=probe.encode(),
-            capture_output=True,
-            env=_ENV,
-            cwd="/",
-            timeout=30,
-            check=False,
-        )
+        with tempfile.TemporaryDirectory(prefix="microagent-sandbox-") as work:
+            proc = subprocess.run(
+                _command(sys.executable, SandboxLimits(), 10, work),
+                input=probe.encode(),
+                capture_output=True,
+                env=_env(work),
+                cwd="/",
+                timeout=30,
+                check=False,
+            )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"the namespace probe failed: {exc}"
     if proc.returncode != 0:
@@ -246,14 +252,19 @@ async def run_sandboxed(
     if reason is not None:
         raise SandboxUnavailable(f"cannot run untrusted code safely here: {reason}")
     limits = limits or SandboxLimits()
-    command = _command(sys.executable, limits, max(1, math.ceil(timeout)))
+    with tempfile.TemporaryDirectory(prefix="microagent-sandbox-") as work:
+        return await _run(source, timeout, limits, work)
+
+
+async def _run(source: str, timeout: float, limits: SandboxLimits, work: str) -> SandboxResult:
+    command = _command(sys.executable, limits, max(1, math.ceil(timeout)), work)
     started = time.monotonic()
     stdout = bytearray()
     stderr = bytearray()
     returncode: int | None = None
     timed_out = False
     async with await anyio.open_process(
-        command, stdin=subprocess.PIPE, env=_ENV, cwd="/", start_new_session=True
+        command, stdin=subprocess.PIPE, env=_env(work), cwd="/", start_new_session=True
     ) as process:
         try:
             with anyio.move_on_after(timeout) as deadline:

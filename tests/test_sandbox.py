@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -118,19 +119,28 @@ async def test_a_huge_file_stops_at_the_size_limit() -> None:
     assert "File too large" in result.stderr.decode()
 
 
-async def test_the_file_system_is_read_only_but_for_a_private_tmp() -> None:
-    target = Path(__file__).parent / f".written-by-sandbox-{os.getpid()}"  # not under /tmp
-    assert os.access(target.parent, os.W_OK)  # writable from outside
+async def test_the_file_system_is_read_only_but_for_a_private_tmpfs() -> None:
+    targets = [
+        Path(__file__).parent / f".written-by-sandbox-{os.getpid()}",  # the project
+        Path(tempfile.gettempdir()) / f"written-by-sandbox-{os.getpid()}",  # the host's /tmp
+    ]
     source = (
         "import os\n"
+        "work = os.environ['TMPDIR']\n"
         "open('mine', 'w').write('ok')\n"
-        "assert os.getcwd() == '/tmp' and os.listdir('/tmp') == ['mine'], os.listdir('/tmp')\n"
-        f"open({str(target)!r}, 'w').write('escaped')\n"
-    )
+        "assert os.getcwd() == work and os.listdir(work) == ['mine'], os.listdir(work)\n"
+        "for target in %r:\n"
+        "    try:\n"
+        "        open(target, 'w').write('escaped')\n"
+        "    except OSError as exc:\n"
+        "        print(exc.strerror)\n"
+        "    else:\n"
+        "        print('WROTE', target)\n"
+    ) % [str(t) for t in targets]
     result = await run_sandboxed(source, timeout=10)
-    assert not result.ok
-    assert "Read-only file system" in result.stderr.decode()
-    assert not target.exists()
+    assert result.ok, result.stderr
+    assert result.stdout.decode().splitlines() == ["Read-only file system"] * 2
+    assert not any(t.exists() for t in targets)
 
 
 async def test_memory_is_capped() -> None:
