@@ -190,7 +190,8 @@ def _mean(values: list[float]) -> str:
     return f"{statistics.fmean(values):.3f}" if values else "–"
 
 
-def _p(test: dict[str, float] | None) -> str:
+def mcnemar_cell(test: dict[str, float] | None) -> str:
+    """A paired test as a table cell: items only A got / only B got, the exact p."""
     if test is None:
         return "–"
     return f"+{test['a_only']:.0f}/−{test['b_only']:.0f}, p={test['p']:.2g}"
@@ -237,7 +238,8 @@ def tables(data: dict[str, Any]) -> str:
             lo, hi = e["wilson"]
             lines.append(
                 f"| {method} | {e['accuracy']:.3f} | {lo:.3f}–{hi:.3f} | "
-                f"{_p(e.get('vs_greedy'))} | {_p(e.get('vs_single'))} | {e['samples']:.2f} | "
+                f"{mcnemar_cell(e.get('vs_greedy'))} | {mcnemar_cell(e.get('vs_single'))} | "
+                f"{e['samples']:.2f} | "
                 f"{e.get('completion_tokens', 0):.1f} |"
             )
         rtable = replay_summary.get(qset, {})
@@ -268,7 +270,7 @@ def tables(data: dict[str, Any]) -> str:
                 )
                 lines.append(
                     f"| {name} | {e['accuracy']:.3f} | {e['samples']:.2f} | "
-                    f"{e['agrees_with_vote9']:.3f} | {_p(test)} |"
+                    f"{e['agrees_with_vote9']:.3f} | {mcnemar_cell(test)} |"
                 )
         bias = position_bias(data, qset)
         if bias:

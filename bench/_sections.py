@@ -22,6 +22,15 @@ def replace_section(path: Path, begin: str, end: str, heading: str, body: str) -
     path.write_text(text)
 
 
+def machine_sentence(m: dict[str, Any]) -> str:
+    """``machine``'s record as report prose: CPUs, load at start (forced or not), duration."""
+    forced = " (forced: NOT a quiet machine)" if m.get("forced") else ""
+    return (
+        f"{m.get('cpus')} CPUs, load average {m.get('loadavg_at_start', 0):.2f} at start"
+        f"{forced}, {m.get('seconds', 0)} s in all"
+    )
+
+
 def machine(load: float, forced: bool, started: float) -> dict[str, Any]:
     """The run's machine record: CPUs, the load it started at, whether it was forced, duration.
 
