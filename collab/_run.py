@@ -18,7 +18,13 @@ import anyio
 import attrs
 
 from ..actors import Runtime
-from ..engine_bridge import EngineBridge, EngineDied, KVHandle, with_tool_instructions
+from ..engine_bridge import (
+    EngineBridge,
+    EngineDied,
+    KVHandle,
+    find_cause,
+    with_tool_instructions,
+)
 from ._budget import TokenBudgetExceeded
 from ._config import ModeConfig, build_config
 from ._context import CollaborationContext, EventCallback, bridge_for_spec
@@ -265,7 +271,7 @@ async def collaborate(
                     f"the engine died: {exc}", tuple(ctx.records.values()), exc
                 ) from exc
             except Exception as exc:  # cancellation is a BaseException: it passes through
-                over = _budget_error(exc)
+                over = find_cause(exc, TokenBudgetExceeded)
                 if over is not None:  # raised inside a mode's task group: keep its type
                     raise TokenBudgetExceeded(
                         over.reason, tuple(ctx.records.values()), over
@@ -297,17 +303,6 @@ async def collaborate(
     if outcome is None:  # the runtime ended the block itself (an escalation)
         raise CollaborationFailed("the actor runtime stopped the collaboration", cause=failure)
     return outcome
-
-
-def _budget_error(exc: BaseException) -> TokenBudgetExceeded | None:
-    if isinstance(exc, TokenBudgetExceeded):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _budget_error(inner)
-            if found is not None:
-                return found
-    return None
 
 
 def _usage_by_model(

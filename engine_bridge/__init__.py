@@ -22,6 +22,7 @@ from ._errors import ModelPreparationError as ModelPreparationError
 from ._errors import RemoteError as RemoteError
 from ._errors import RequestRefused as RequestRefused
 from ._errors import UnknownAdapter as UnknownAdapter
+from ._errors import find_cause as find_cause
 from ._group import open_bridges as open_bridges
 from ._handle import AdapterRef as AdapterRef
 from ._handle import KVHandle as KVHandle
@@ -97,6 +98,7 @@ __all__ = [
     "ToyTokenizer",
     "UnknownAdapter",
     "VLLMBridge",
+    "find_cause",
     "make_random_lora",
     "open_bridges",
     "prepare_model",

@@ -2,6 +2,33 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+E = TypeVar("E", bound=BaseException)
+
+
+def find_cause(exc: BaseException | None, kind: type[E] | tuple[type[E], ...]) -> E | None:
+    """The first ``kind`` behind ``exc``, breadth first: ``exc`` itself, the ``cause``
+    attribute our errors carry, ``__cause__``/``__context__``, and every member of an
+    exception group (a role's failure arrives wrapped in task groups and
+    ``CollaborationFailed``). Each exception is visited once, so cycles end.
+    """
+    seen: set[int] = set()
+    todo: list[BaseException] = [] if exc is None else [exc]
+    while todo:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, kind):
+            return current
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        for linked in (getattr(current, "cause", None), current.__cause__, current.__context__):
+            if isinstance(linked, BaseException):
+                todo.append(linked)
+    return None
+
 
 class EngineBridgeError(Exception):
     """Base class of every error raised by an engine bridge."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from ..engine_bridge import RemoteBridge, RemoteError
+from ..engine_bridge import RemoteBridge, RemoteError, find_cause
 from ._errors import ApiError
 
 
@@ -101,21 +101,7 @@ def make_remotes(args: argparse.Namespace) -> list[RemoteBridge]:
 
 def remote_cause(exc: BaseException | None) -> RemoteError | None:
     """The ``RemoteError`` behind ``exc``: itself, its ``cause``, its chain or a group member."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [] if exc is None else [exc]
-    while todo:
-        current = todo.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, RemoteError):
-            return current
-        if isinstance(current, BaseExceptionGroup):
-            todo.extend(current.exceptions)
-        for linked in (getattr(current, "cause", None), current.__cause__, current.__context__):
-            if isinstance(linked, BaseException):
-                todo.append(linked)
-    return None
+    return find_cause(exc, RemoteError)
 
 
 def remote_failure(exc: BaseException) -> ApiError | None:

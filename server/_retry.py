@@ -24,7 +24,7 @@ import anyio
 import attrs
 
 from ..collab import CollaborationEvent, EventCallback
-from ..engine_bridge import EngineBridge, EngineDied, EngineUnavailable, VLLMBridge
+from ..engine_bridge import EngineBridge, EngineDied, EngineUnavailable, VLLMBridge, find_cause
 from ._errors import ApiError
 from ._metrics import ServerMetrics
 
@@ -70,21 +70,8 @@ class EngineLost(ApiError):
 
 def engine_cause(exc: BaseException | None) -> EngineDied | EngineUnavailable | None:
     """The engine failure behind ``exc``: itself, its ``cause``, its chain or a group member."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [] if exc is None else [exc]
-    while todo:
-        current = todo.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, EngineDied | EngineUnavailable):
-            return current
-        if isinstance(current, BaseExceptionGroup):
-            todo.extend(current.exceptions)
-        for linked in (getattr(current, "cause", None), current.__cause__, current.__context__):
-            if isinstance(linked, BaseException):
-                todo.append(linked)
-    return None
+    found = find_cause(exc, (EngineDied, EngineUnavailable))
+    return found if isinstance(found, EngineDied | EngineUnavailable) else None
 
 
 def death_counts(bridges: Iterable[EngineBridge]) -> dict[int, tuple[int, int]]:
