@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -79,8 +80,8 @@ def test_custom_mode(real_engine: RealEngine) -> None:
     assert outcome.mode == "solve_and_check"
     checked = [e for e in events if e.type == "checked"]
     assert checked  # the custom Checker actor answered through its mailbox
-    if outcome.details["verified"]:
-        assert outcome.answer.strip().endswith("51")
+    if outcome.details["verified"]:  # the Checker's rule: the answer's last number is right
+        assert re.findall(r"-?\d+", outcome.answer)[-1] == "51"
     real_engine.assert_idle()
 
 
