@@ -181,9 +181,9 @@ def context_document(seed: int, target_words: int = 1200) -> str:
     return "\n".join(lines)
 
 
-def workload_context(seed: int, task: Task) -> str:
+def workload_context(seed: int, task: Task, target_words: int = 1200) -> str:
     """The shared task context of a workload run: the report, then the question."""
-    return f"{context_document(seed)}\n\nQuestion: {task.prompt()}"
+    return f"{context_document(seed, target_words)}\n\nQuestion: {task.prompt()}"
 
 
 _WORD = re.compile(r"[^\w+-]+")

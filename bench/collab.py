@@ -16,7 +16,13 @@ rotates across repetitions, and every (repetition, workload) has its own
 context, so every engine starts cold on it. Writes ``bench/results/collab.json``,
 ``collab_tables.md`` and PNG plots.
 
-Usage: ``.venv/bin/python bench/collab.py [--quick] [--reps N] [--items N]``.
+Every run also records its workload floor (``_collab_floor``): the prefill
+the workload needs from its own texts, whatever system runs it.
+
+Usage: ``.venv/bin/python bench/collab.py [--quick] [--reps N] [--items N] [--update]``;
+``--report-only bench/results/NAME.json [--update]`` regenerates the summary,
+tables and plots of an earlier run (and its BENCHMARKS.md section) without
+running anything.
 """
 
 from __future__ import annotations
@@ -38,8 +44,17 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _collab_client as C  # noqa: E402
+import _collab_floor as F  # noqa: E402
+import _collab_prompts as P  # noqa: E402
 import _collab_report as R  # noqa: E402
-from _collab_tasks import Task, ideal_prefill, majority, task_set, time_split, workload_context  # noqa: E402
+from _collab_tasks import (  # noqa: E402
+    Task,
+    ideal_prefill,
+    majority,
+    task_set,
+    time_split,
+    workload_context,
+)
 
 RESULTS = HERE / "results"
 PEERS_VENV = HERE / ".venv-peers"
@@ -82,7 +97,7 @@ async def run_micro(
 ) -> dict[str, Any]:
     import microagent as M
 
-    ctx_in: Any = C.P.context(ctx)  # the same messages the client code sends first
+    ctx_in: Any = P.context(ctx)  # the same messages the client code sends first
     n0, s0 = len(bridge.generations), bridge.stats()
     t0c, t0 = bridge.clock(), time.monotonic()
     kind = wl["kind"]
@@ -124,7 +139,7 @@ async def run_micro(
             ctx_in,
             validator=C.format_validator(choices),
             rounds=wl["rounds"],
-            drafter=C.P.FIRST_PROMPT,
+            drafter=P.FIRST_PROMPT,
             max_tokens=wl["max_tokens"],
             temperature=wl["temperature"],
         )
@@ -150,6 +165,11 @@ async def run_micro(
         "usage": out.usage.to_dict(),
         "early_stopped": out.early_stopped,
         "requests": len(results),
+        "request_completion_tokens": [len(r.output_ids) for r in results],
+        "agents": [
+            {"role": a.role, "requests": a.requests, "completion_tokens": a.completion_tokens}
+            for a in out.agents
+        ],
         "aborted": s1.requests_aborted - s0.requests_aborted,
         "ideal": ideal_prefill([(r.prompt.token_ids, r.output_ids) for r in results]),
         "context_tokens": len(bridge.chat.context(ctx_in)),
@@ -182,7 +202,7 @@ def run_langgraph(server: Any, wl: dict[str, Any], ctx: str, choices: list[str])
     from _collab_engines import SERVED_NAME, metric_delta
 
     job = {
-        "system": C.P.SYSTEM,
+        "system": P.SYSTEM,
         "base_url": server.base_url,
         "model": SERVED_NAME,
         "workload": wl,
@@ -237,6 +257,9 @@ def _server_result(
         "sched_queries": int(d["vllm:prefix_cache_queries_total"]),
         "sched_hits": int(d["vllm:prefix_cache_hits_total"]),
         "requests": len(requests),
+        "request_completion_tokens": [
+            r["completion_tokens"] for r in sorted(requests, key=lambda r: r["submitted"])
+        ],
         "metrics": d,
         "sum_prefill_s": d["vllm:request_queue_time_seconds_sum"]
         + d["vllm:request_prefill_time_seconds_sum"],
@@ -412,6 +435,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             model_dir, args.port + 1, prefix_caching=False, log=RESULTS / "server-nocache.log.tmp"
         )
     bridge = make_bridge()
+    counter = turn_counter(model_dir)
     runs: list[dict[str, Any]] = []
     tasks = task_set()
     try:
@@ -459,6 +483,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     res.update(
                         system=system, workload=wname, rep=rep, task=task.id, gold=task.answer
                     )
+                    res["floor_inputs"] = F.floor_inputs(
+                        counter, wl, P.context(ctx), choices, res["requests"], _started(res)
+                    )
                     runs.append(res)
                     print(
                         f"rep {rep} {wname:13s} {system:16s} wall {res['wall']:6.2f} s  prompt "
@@ -484,7 +511,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "workloads": {w: WORKLOADS[w] for w in work},
         "plan": work,
         "quick": args.quick,
-        "system_prompt": C.P.SYSTEM,
+        "system_prompt": P.SYSTEM,
         "reps": args.reps,
         "items": len(rows),
         "server_start_s": {k: s.start_seconds for k, s in servers.items()},
@@ -496,6 +523,132 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "total_s": time.monotonic() - t_start,
         "command": "python bench/collab.py " + " ".join(sys.argv[1:]),
     }
+
+
+# -- the workload floor and reports from a results file ------------------------------------
+
+
+def turn_counter(model_dir: Path) -> F.TurnCounter:
+    """Token counts by the model's own chat template (Hugging Face tokenizer, no engine)."""
+    from transformers import AutoTokenizer
+
+    return F.TurnCounter.from_tokenizer(AutoTokenizer.from_pretrained(str(model_dir)))
+
+
+def _started(run: dict[str, Any]) -> int | None:
+    """Voters that made a request (microagent records its agents; None = every voter)."""
+    if "agents" not in run:
+        return None
+    return sum(1 for a in run["agents"] if a["role"] == "voter" and a["requests"])
+
+
+def _contexts(
+    data: dict[str, Any], counter: F.TurnCounter, tasks: list[Task]
+) -> dict[tuple[str, int], list[Any]]:
+    """Each (workload, repetition)'s shared context messages, rebuilt from its seed and task.
+
+    A results file does not store the context text; it is rebuilt as the bench
+    built it (``10 000 × (rep + 1) + the workload's index in the plan``; reports
+    of 1 500 words before 29 Nov, 1 200 since) and checked against the context
+    length microagent recorded: the difference must be one constant for the
+    whole file (the template's default system turn, which microagent's
+    composition left out before the fix, or nothing).
+
+    Raises:
+        ValueError: when no report length reproduces the recorded contexts.
+    """
+    names = list(data["plan"])
+    keys = {(r["workload"], r["rep"]): r["task"] for r in data["runs"]}
+    checks = [r for r in data["runs"] if r.get("context_tokens")]
+    for words in (1200, 1500):
+        out = {
+            (w, rep): P.context(
+                workload_context(10_000 * (rep + 1) + names.index(w), tasks[t], words)
+            )
+            for (w, rep), t in keys.items()
+        }
+        offsets = {
+            counter.context(out[(r["workload"], r["rep"])]) - r["context_tokens"] for r in checks
+        }
+        if len(offsets) == 1 and 0 <= next(iter(offsets)) <= 40:
+            return out
+    raise ValueError("could not rebuild the contexts of this results file")
+
+
+def backfill_floor(data: dict[str, Any], counter: F.TurnCounter) -> int:
+    """Add ``floor_inputs`` to the runs of a results file recorded before the floor existed.
+
+    Returns how many runs got them. The numbers are the ones the bench records
+    now, from the rebuilt contexts, the task's choices, the run's request count
+    and (waves of voters) its answers.
+    """
+    missing = [r for r in data["runs"] if not r.get("floor_inputs")]
+    if not missing:
+        return 0
+    tasks = task_set()
+    saved = P.SYSTEM
+    P.SYSTEM = data.get("system_prompt")
+    try:
+        contexts = _contexts(data, counter, tasks)
+        for r in missing:
+            wl = data["workloads"][r["workload"]]
+            started = None
+            if wl["kind"] == "vote" and wl["style"] == "reason":
+                wave = 3 if r["system"] == "microagent-wave3" else 0
+                started = F.voters_started(r.get("answers", []), r["requests"], wl["n"], wave)
+            r["floor_inputs"] = F.floor_inputs(
+                counter,
+                wl,
+                contexts[(r["workload"], r["rep"])],
+                list(tasks[r["task"]].choices),
+                r["requests"],
+                started,
+            )
+    finally:
+        P.SYSTEM = saved
+    data["floor_backfilled"] = (
+        f"floor_inputs added to {len(missing)} runs after the run by "
+        "bench/collab.py --report-only (contexts rebuilt from their seeds)"
+    )
+    return len(missing)
+
+
+def write_reports(data: dict[str, Any], out_dir: Path, stem: str) -> dict[str, Any]:
+    """The summary JSON, the markdown tables and the plots of one results file."""
+    summary = R.summarize(data)
+    (out_dir / f"{stem}_summary.json").write_text(json.dumps(summary, indent=1))
+    (out_dir / f"{stem}_tables.md").write_text(R.tables(data, summary))
+    R.plots(data, summary, out_dir, stem)
+    return summary
+
+
+def update_benchmarks(data: dict[str, Any], summary: dict[str, Any], stem: str) -> None:
+    """Regenerate this results file's tables in BENCHMARKS.md (between its markers)."""
+    from _sections import replace_section
+
+    command = f"bench/collab.py --report-only bench/results/{stem}.json --update"
+    replace_section(
+        HERE.parent / "BENCHMARKS.md",
+        f"<!-- {stem}:begin (generated by {command}; do not edit) -->",
+        f"<!-- {stem}:end -->",
+        f"Results: `{stem}`",
+        R.tables(data, summary, level=4),
+    )
+
+
+def report_only(path: Path, update: bool) -> str:
+    """Reports from a results file without running anything (backfills the floor if absent)."""
+    import microagent
+
+    data = json.loads(path.read_text())
+    if any(not r.get("floor_inputs") for r in data["runs"]):
+        added = backfill_floor(data, turn_counter(microagent.resolve_model("default")))
+        path.write_text(json.dumps(data, indent=1))
+        print(f"{path.name}: floor inputs added to {added} runs", flush=True)
+    summary = write_reports(data, path.parent, path.stem)
+    if update:
+        update_benchmarks(data, summary, path.stem)
+    return R.tables(data, summary)
 
 
 def main() -> None:
@@ -519,18 +672,28 @@ def main() -> None:
         help="send SmolLM2's default system prompt explicitly on every side (microagent's "
         "chat composition omits it; vLLM's server inserts it)",
     )
+    ap.add_argument(
+        "--report-only",
+        metavar="PATH",
+        help="regenerate the summary, tables and plots of a results JSON without running",
+    )
+    ap.add_argument(
+        "--update", action="store_true", help="also write the tables into BENCHMARKS.md"
+    )
     args = ap.parse_args()
+    if args.report_only:
+        print(report_only(Path(args.report_only).resolve(), args.update))
+        return
     if args.system_prompt:
-        C.P.SYSTEM = C.P.SMOLLM2_DEFAULT_SYSTEM
+        P.SYSTEM = P.SMOLLM2_DEFAULT_SYSTEM
     if args.items is None:
         args.items = 20 if args.quick else 240
     data = asyncio.run(main_async(args))
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.out}.json").write_text(json.dumps(data, indent=1))
-    summary = R.summarize(data)
-    (RESULTS / f"{args.out}_summary.json").write_text(json.dumps(summary, indent=1))
-    (RESULTS / f"{args.out}_tables.md").write_text(R.tables(data, summary))
-    R.plots(data, summary, RESULTS, args.out)
+    summary = write_reports(data, RESULTS, args.out)
+    if args.update:
+        update_benchmarks(data, summary, args.out)
     print(R.tables(data, summary))
 
 

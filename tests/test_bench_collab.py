@@ -15,6 +15,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
 import _collab_engines as E  # noqa: E402
+import _collab_floor as F  # noqa: E402
 import _collab_prompts as P  # noqa: E402
 import _collab_report as R  # noqa: E402
 import _collab_tasks as T  # noqa: E402
@@ -148,6 +149,7 @@ def _run(
         run.update(
             ideal=500, context_tokens=480, usage={"saved_completion_tokens": 2}, early_stopped=True
         )
+    run["floor_inputs"] = {"floor": 480}
     return run
 
 
@@ -175,18 +177,162 @@ def test_summary_tables_json_and_plots(tmp_path: Path) -> None:
     data = {"runs": runs, "accuracy": acc, "items": 10, "machine": {"nproc": 2}}
     summary = R.summarize(data)
     cell = summary["cells"]["vote5-direct"]["microagent"]
-    assert cell["wall"] == 2.0 and cell["computed"] == 500 and cell["ideal_ratio"] == 1.0
+    assert cell["wall"] == 2.0 and cell["computed"] == 500 and cell["own_ids_optimum_ratio"] == 1.0
+    assert cell["floor"] == 480 and cell["floor_ratio"] == pytest.approx(500 / 480)
+    assert summary["cells"]["vote5-direct"]["client-nocache"]["floor_ratio"] == pytest.approx(
+        2500 / 480
+    )
     assert summary["cells"]["vote5-direct"]["client"]["agreement"] == [2, 3]
     assert summary["cells"]["vote5-direct"]["microagent"]["wall_ratio_per_rep"] == pytest.approx(
         2 / 3
     )
     met = {t["target"]: t["met"] for t in summary["targets"]}
-    assert met["microagent computed prompt tokens <= 1.1 x ideal"] is True
+    floor_target = "computed prompt tokens <= 1.05 x the workload floor (vote5-direct)"
+    assert met[floor_target] is True  # 500 / 480 = 1.04
+    (row,) = [t for t in summary["targets"] if t["target"] == floor_target]
+    assert set(row["beside"]) == {"microagent", "microagent-full", "client", "client-nocache"}
     assert met[">= 3x fewer computed prompt tokens than client without caching (vote-5)"] is True
     md = R.tables(data, summary)
     assert "| vote5-direct | microagent | 3 | 2.00 (1.00–3.00) | 0.67 |" in md
+    assert "| 500 | 480 (1.04×) | 10 |" in md
+    assert "| vote5-direct | 480 | 1.04× | 1.04× | 1.25× | 5.21× |" in md  # side by side
+    assert (
+        "| computed prompt tokens <= 1.05 x the workload floor (vote5-direct) | microagent 1.04×"
+        in md
+    )
+    assert "#### Targets" in R.tables(data, summary, level=4)
     assert "| single sample | 3/10 | 0.300 | 0.100–0.600 | 40 |" in md
     assert json.loads(json.dumps(summary)) == summary
     paths = R.plots(data, summary, tmp_path, "t")
     assert [p.name for p in paths] == ["t_wall.png", "t_prefill.png", "t_accuracy.png"]
     assert all(p.read_bytes().startswith(b"\x89PNG") and p.stat().st_size < 200_000 for p in paths)
+
+
+# -- the workload floor -------------------------------------------------------------------
+
+
+def test_workload_floor_by_hand() -> None:
+    # context 300 -> 3 blocks = 384; two messages of 50 -> 128 each; instruction 20 -> 128;
+    # 4 requests -> +4 (vLLM recomputes each prompt's last token)
+    assert F.workload_floor(300, [50, 50], [20], 4) == 384 + 2 * 128 + 128 + 4 == 772
+
+
+def test_workload_floor_rounds_each_item_up_and_adds_one_per_request() -> None:
+    # a whole block stays one block, one token past it is a second block, every item is
+    # rounded on its own (not the sum), empty items cost nothing, +1 per request
+    floor = F.workload_floor(256, [129, 1, 0], [128], 3)
+    assert floor == 256 + 256 + 128 + 128 + 3
+    assert floor != T.ceil_blocks(256 + 129 + 1 + 128) + 3  # rounding the sum instead
+    assert floor != 256 + 129 + 1 + 128 + 3  # no rounding
+    assert floor != 256 + 256 + 128 + 128  # no last-token recompute
+    assert F.workload_floor(256, [], [], 0) == 256
+    assert F.workload_floor(257, [], [], 1) == 385
+    assert F.workload_floor(100, [10], [10], 2, block=16) == 112 + 16 + 16 + 2
+
+
+@pytest.mark.parametrize(
+    ("workload", "requests", "started", "expected"),
+    [
+        ({"kind": "vote", "style": "direct", "n": 5}, 5, None, (["vote"], 0)),
+        ({"kind": "vote", "style": "reason", "n": 9}, 18, None, (["vote", "answer_cue"], 9)),
+        # early stop: 9 reasoning requests, 5 answer steps read their voter's reasoning
+        ({"kind": "vote", "style": "reason", "n": 9}, 14, None, (["vote", "answer_cue"], 5)),
+        # waves of 3: 6 voters started, 5 answered
+        ({"kind": "vote", "style": "reason", "n": 9}, 11, 6, (["vote", "answer_cue"], 5)),
+        ({"kind": "vote", "style": "reason", "n": 5}, 5, None, (["vote"], 0)),
+        # round 1's three answers are read in round 2; round 2's by nobody
+        (
+            {"kind": "debate", "agents": 3, "rounds": 2},
+            6,
+            None,
+            (["debate_first", "debate_next"], 3),
+        ),
+        (
+            {"kind": "debate", "agents": 3, "rounds": 3},
+            9,
+            None,
+            (["debate_first", "debate_next"], 6),
+        ),
+        ({"kind": "aggregate", "proposers": 3}, 4, None, (["aggregate"], 3)),
+        # draft, critique, revised draft, critique: every turn but the last is read
+        ({"kind": "reflect"}, 4, None, (["reflect_draft", "reflect_critic", "reflect_revise"], 3)),
+        ({"kind": "reflect"}, 1, None, (["reflect_draft"], 0)),
+    ],
+)
+def test_floor_plan_per_workload(
+    workload: dict[str, object], requests: int, started: int | None, expected: tuple[object, int]
+) -> None:
+    assert F.plan(workload, requests, started) == expected
+
+
+def test_voters_started_in_waves() -> None:
+    assert F.voters_started(["1"] * 9, 18, 9, 0) == 9
+    assert F.voters_started(["", "1", "", "1", "1", "1", "", "1", ""], 14, 9, 0) == 9
+    assert F.voters_started(["1", "1", "1", "", "1", "1", "", "", ""], 11, 9, 3) == 6
+    assert F.voters_started(["1"] * 6 + [""] * 3, 12, 9, 3) == 6
+    assert F.voters_started(["7"] * 9, 18, 9, 3) == 9
+    with pytest.raises(ValueError, match="no wave count"):
+        F.voters_started(["1"] * 9, 10, 9, 3)
+
+
+def _words(messages: list[dict[str, object]], generation: bool) -> list[str]:
+    """A toy chat template: <s> role words </s> per message, <s> assistant for a reply."""
+    out: list[str] = []
+    for m in messages:
+        out += ["<s>", str(m["role"]), *str(m["content"]).split(), "</s>"]
+    return out + (["<s>", "assistant"] if generation else [])
+
+
+def test_floor_inputs_from_the_workload_texts() -> None:
+    counter = F.TurnCounter(_words)
+    ctx = [P.user("word " * 298)]  # 298 words + 3 markers = 301 tokens -> 3 blocks
+    wl = {"kind": "debate", "agents": 3, "rounds": 2, "max_tokens": 48}
+    got = F.floor_inputs(counter, wl, ctx, ["a", "b"], requests=6)
+    first = 3 + len(P.FIRST_PROMPT.split()) + 2  # <s> user words </s> <s> assistant
+    assert got["context"] == 301
+    assert got["instructions"] == {
+        "debate_first": first,
+        "debate_next": 3 + len(P.DEBATE_PROMPT.split()) + 2,
+    }
+    assert got["messages_read"] == 3 and got["message_bound"] == 48 + 3
+    assert got["floor"] == 384 + 2 * 128 + 3 * 128 + 6
+    with pytest.raises(ValueError, match="more than one block"):
+        F.floor_inputs(counter, {**wl, "max_tokens": 200}, ctx, ["a"], requests=6)
+
+
+def test_backfill_rebuilds_contexts_and_checks_them(tmp_path: Path) -> None:
+    import collab
+
+    counter = F.TurnCounter(_words)
+    tasks = T.task_set()
+    wl = {"kind": "vote", "style": "reason", "n": 3, "max_tokens": 48, "answer_tokens": 8}
+    ctx = P.context(T.workload_context(10_000 * 1 + 0, tasks[0]))
+    micro_ctx = counter.context(ctx) - 7  # microagent's composition left something out
+    runs = [
+        {
+            "workload": "v",
+            "rep": 0,
+            "task": 0,
+            "system": "microagent",
+            "requests": 5,
+            "answers": ["a", "", "a"],
+            "context_tokens": micro_ctx,
+        },
+        {"workload": "v", "rep": 0, "task": 0, "system": "client", "requests": 6, "answers": []},
+    ]
+    data = {"plan": {"v": []}, "workloads": {"v": wl}, "runs": runs}
+    assert collab.backfill_floor(data, counter) == 2
+    micro, client = (r["floor_inputs"] for r in runs)
+    assert micro["context"] == client["context"] == counter.context(ctx)
+    assert micro["messages_read"] == 2 and client["messages_read"] == 3
+    assert client["floor"] - micro["floor"] == 128 + 1  # one more message read, one more request
+    assert collab.backfill_floor(data, counter) == 0  # nothing left to add
+    # a recorded context that no rebuilt text explains (longer than the rebuilt one)
+    stale = {k: v for k, v in runs[0].items() if k != "floor_inputs"}
+    bad = {**data, "runs": [{**stale, "context_tokens": micro_ctx + 100}]}
+    with pytest.raises(ValueError, match="could not rebuild"):
+        collab.backfill_floor(bad, counter)
+    # a new run counts its voters from microagent's agent records
+    agents = [{"role": "voter", "requests": 2}, {"role": "voter", "requests": 0}]
+    assert collab._started({"agents": [*agents, {"role": "judge", "requests": 1}]}) == 1
+    assert collab._started({}) is None
