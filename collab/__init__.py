@@ -69,6 +69,7 @@ from ._sandbox import run_sandboxed as run_sandboxed
 from ._sandbox import sandbox_unavailable as sandbox_unavailable
 from ._scheduling import LEVEL_SPAN as LEVEL_SPAN
 from ._scheduling import ServicePolicy as ServicePolicy
+from ._scheduling import critical_offset as critical_offset
 from ._shortcuts import Target as Target
 from ._shortcuts import aggregate as aggregate
 from ._shortcuts import cascade as cascade
@@ -189,6 +190,7 @@ __all__ = [
     "check_agent_field",
     "collaborate",
     "collaboration_modes",
+    "critical_offset",
     "debate",
     "default_registry",
     "event",

@@ -21,7 +21,7 @@ from ._budget import TokenMeter
 from ._errors import CollaborationFailed, InvalidCollaboration
 from ._mode import C, CollaborationOp
 from ._outcome import AgentRecord, CollaborationEvent, event
-from ._scheduling import ServicePolicy
+from ._scheduling import ServicePolicy, arrival_number
 from ._spec import AgentSpec
 from ._tally import normalize_answer
 from ._tools import DEFAULT_MAX_TOOL_STEPS, AgentToolChoice, Tool
@@ -78,6 +78,7 @@ class CollaborationContext(Generic[C]):
         self._on_event = on_event
         self._contexts: dict[str, KVHandle] = {engine.model: context}
         self._t0 = anyio.current_time()
+        self._arrival = arrival_number()
 
     # -- events ----------------------------------------------------------------------
     def now(self) -> float:
@@ -282,7 +283,9 @@ class CollaborationContext(Generic[C]):
         priority adds the collaboration's service level (``ServicePolicy``).
         """
         now = self.now()
-        priority = self.scheduling.priority(self.attained_service(), now, turn.priority)
+        priority = self.scheduling.priority(
+            self.attained_service(), now, turn.priority, arrival=self._arrival
+        )
         steps = 1 + self.max_tool_steps if self.tools_for(role.spec) else 1
         reserved = turn.sampling.max_tokens * steps
         self.meter.reserve(reserved)  # TokenBudgetExceeded: the turn is not sent

@@ -14,10 +14,18 @@ ScriptedEngine, so both engines follow one set of rules:
   superseded, past its time-to-live, when the engine restarts, or to make room.
 * The blocks held by entries never exceed ``budget`` (distinct blocks). Past
   it, and whenever a waiting request cannot be allocated, entries are released
-  in this order: the one whose next use is furthest first (``next_use`` hint;
-  an entry without a hint counts as furthest), then the least recently
-  retained. A request therefore never waits for a retention: admission can
-  always take every retained block back.
+  in this order: the one whose owner the scheduler serves last first (the
+  largest ``rank``: the request priority that retained it; with collaboration
+  scheduling, the youngest collaboration of the worst level, whose next use is
+  furthest, KVFlow-style), then the furthest ``next_use`` hint (an entry
+  without a hint counts as furthest), then the least recently retained.
+* Admission takes back only what it outranks: a waiting request may release
+  the entries of owners served after it (rank >= its priority), not those of
+  owners served before it, whose next turn would pass it in the queue anyway
+  and would then recompute what was taken. It may take every entry when no
+  request is running (nothing else would ever free a block) or when it has
+  waited longer than the patience: a request therefore never waits forever for
+  a retention.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ B = TypeVar("B", bound=Hashable)
 #: Why a retention ended.
 ReleaseCause = Literal["released", "superseded", "expired", "budget", "admission", "restart"]
 RELEASE_CAUSES: Final[tuple[str, ...]] = get_args(ReleaseCause)
+#: Seconds a waiting request leaves retentions of owners served before it alone.
+DEFAULT_PATIENCE: Final = 20.0
 
 
 @attrs.frozen
@@ -112,6 +122,7 @@ class _Entry(Generic[B]):
     next_use: float | None
     retained_at: float
     order: int
+    rank: int
 
 
 @attrs.define(eq=False)
@@ -124,11 +135,14 @@ class RetentionTable(Generic[B]):
     Attributes:
         budget: most distinct blocks entries may hold (0 disables retention).
         default_ttl: seconds an entry lives when its ``Retain`` gives none (None: no limit).
+        patience: seconds a waiting request respects the entries of owners
+            served before it; past it, it may take any.
     """
 
     budget: int
     free: Callable[[Sequence[B]], None]
     default_ttl: float | None = None
+    patience: float = DEFAULT_PATIENCE
     _entries: dict[str, _Entry[B]] = attrs.field(factory=dict, init=False)
     _holders: Counter[B] = attrs.field(factory=Counter, init=False)
     _released: Counter[str] = attrs.field(factory=Counter, init=False)
@@ -169,11 +183,13 @@ class RetentionTable(Generic[B]):
         )
 
     # -- changing ------------------------------------------------------------------------
-    def retain(self, retain: Retain, blocks: Iterable[B], now: float) -> bool:
+    def retain(self, retain: Retain, blocks: Iterable[B], now: float, rank: int = 0) -> bool:
         """Hold ``blocks`` (the table now owns one reference of each) under ``retain.key``.
 
-        Returns whether the entry is still live afterwards (False: the budget
-        released it at once, or the table is disabled: its blocks are freed).
+        ``rank`` is the priority of the request that retained them (lower is
+        served first): under pressure the largest rank goes first. Returns
+        whether the entry is still live afterwards (False: the budget released
+        it at once, or the table is disabled: its blocks are freed).
         """
         held = tuple(blocks)
         if self.budget <= 0 or not held:
@@ -189,6 +205,7 @@ class RetentionTable(Generic[B]):
             retain.next_use,
             now,
             self._order,
+            rank,
         )
         previous = self._entries.pop(retain.key, None)
         self._entries[retain.key] = entry
@@ -196,8 +213,8 @@ class RetentionTable(Generic[B]):
         if previous is not None:  # the new entry covers the old one's shared blocks
             self._drop(previous, "superseded")
         self.expire(now)
-        while self.held_blocks > self.budget and self._entries:
-            self._drop(self._victim(), "budget")
+        while self.held_blocks > self.budget and (victim := self._victim()) is not None:
+            self._drop(victim, "budget")
         return retain.key in self._entries
 
     def release(self, keys: Iterable[str] = (), *, prefix: str | None = None) -> int:
@@ -220,11 +237,24 @@ class RetentionTable(Generic[B]):
             self._drop(entry, "expired")
         return len(due)
 
-    def make_room(self, enough: Callable[[], bool]) -> int:
-        """End entries (policy order) until ``enough()`` holds or none is left; returns how many."""
+    def admission_floor(self, priority: int, waited: float, running: int) -> int | None:
+        """The least rank a waiting request may release (None: any), by the admission rule."""
+        if running == 0 or waited >= self.patience:
+            return None
+        return priority
+
+    def make_room(self, enough: Callable[[], bool], *, outranked_by: int | None = None) -> int:
+        """End entries (policy order) until ``enough()`` holds or none is left; returns how many.
+
+        ``outranked_by``: only entries of rank >= this priority may go (a
+        waiting request's own priority); None: any entry.
+        """
         ended = 0
-        while self._entries and not enough():
-            self._drop(self._victim(), "admission")
+        while not enough():
+            victim = self._victim(outranked_by)
+            if victim is None:
+                break
+            self._drop(victim, "admission")
             ended += 1
         return ended
 
@@ -236,14 +266,17 @@ class RetentionTable(Generic[B]):
         return len(entries)
 
     # -- policy --------------------------------------------------------------------------
-    def _victim(self) -> _Entry[B]:
-        """The entry to release first: furthest next use (no hint: furthest), then oldest."""
+    def _victim(self, outranked_by: int | None = None) -> _Entry[B] | None:
+        """The entry to release first: served last, then furthest next use, then oldest."""
 
-        def rank(e: _Entry[B]) -> tuple[float, int]:
+        def order(e: _Entry[B]) -> tuple[int, float, int]:
             far = float("inf") if e.next_use is None else e.retained_at + e.next_use
-            return (-far, e.order)
+            return (-e.rank, -far, e.order)
 
-        return min(self._entries.values(), key=rank)
+        candidates = [
+            e for e in self._entries.values() if outranked_by is None or e.rank >= outranked_by
+        ]
+        return min(candidates, key=order, default=None)
 
     def _drop(self, entry: _Entry[B], cause: ReleaseCause, *, free: bool = True) -> None:
         if self._entries.get(entry.key) is entry:

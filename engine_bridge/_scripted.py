@@ -339,6 +339,7 @@ class ScriptedEngine(EngineBridge):
         hashes = self._hashes(prompt.token_ids, prompt.adapter, n // bs)
         limit = (n - 1) // bs
         heapq.heappush(self._line, (st.request.priority, st.seq, st))
+        queued = anyio.current_time()
         while True:
             self._interrupted(st)
             if self._head() is not st:  # admitted in priority order: wait for its turn
@@ -358,8 +359,11 @@ class ScriptedEngine(EngineBridge):
             fits = self._fits(hashes[:hits], need)
             if running < self.max_num_seqs and fits:
                 break
-            if not fits and self._make_room(hashes[:hits], need):
-                continue  # retentions were released to admit it (they never make it wait)
+            floor = self._retention.admission_floor(
+                st.request.priority, anyio.current_time() - queued, running
+            )
+            if not fits and self._make_room(hashes[:hits], need, floor):
+                continue  # retentions were released to admit it (never waits forever for one)
             await self._pause(st, event=self._pool_event())
         st.state = "running"
         for h in hashes[:hits]:
@@ -532,13 +536,13 @@ class ScriptedEngine(EngineBridge):
         if head is not None and head.turn is not None:
             head.turn.set()
 
-    def _make_room(self, hits: Sequence[int], need: int) -> bool:
-        """Release retentions (expired first, then by policy) until ``need`` blocks fit."""
+    def _make_room(self, hits: Sequence[int], need: int, floor: int | None) -> bool:
+        """Release retentions (expired first, then by policy from ``floor``) until ``need`` fit."""
         table = self._retention
         if not len(table):
             return False
         ended = table.expire(anyio.current_time())
-        ended += table.make_room(lambda: self._fits(hits, need))
+        ended += table.make_room(lambda: self._fits(hits, need), outranked_by=floor)
         return ended > 0
 
     def _fits(self, hits: Sequence[int], need: int) -> bool:
@@ -599,7 +603,7 @@ class ScriptedEngine(EngineBridge):
                 lead += 1
             kept = [h for h in st.blocks[:lead] if h is not None]
             del st.blocks[:lead]  # the retention now holds these references
-            self._retention.retain(retain, kept, anyio.current_time())
+            self._retention.retain(retain, kept, anyio.current_time(), rank=st.request.priority)
         for h in reversed(st.blocks):
             if h is None:
                 self._empty += 1

@@ -17,8 +17,10 @@ installed source, and checked by the real-engine tests):
 Every vLLM-internal name of the retention lives in this module. Only requests
 that finish normally (stop, length) are retained; aborted ones free as usual.
 Before each ``schedule()``, expired entries end, and when the head of the
-waiting queue cannot be allocated, entries are released (the table's policy)
-until it can: a retention never makes a request wait.
+waiting queue cannot be allocated, entries are released (the table's policy
+and admission rule: those it outranks, all of them when nothing runs or it
+has waited past the patience) until it can: a retention never makes a
+request wait forever.
 """
 
 from __future__ import annotations
@@ -83,7 +85,9 @@ class RetainingScheduler(Scheduler):
             full += 1
         # the partial tail is never a cache hit: it goes back at once
         self.kv_cache_manager.block_pool.free_blocks(blocks[full:][::-1])
-        self.retention.retain(retain, [b.block_id for b in blocks[:full]], time.monotonic())
+        self.retention.retain(
+            retain, [b.block_id for b in blocks[:full]], time.monotonic(), rank=request.priority
+        )
 
     # -- admission: a retention never makes a request wait --------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
@@ -95,7 +99,10 @@ class RetainingScheduler(Scheduler):
             # the cheap bound first: a head that fits without any hit needs no release
             if head is not None and pool.get_num_free_blocks() <= self._blocks_at_most(head):
                 need = self._blocks_needed(head)
-                table.make_room(lambda: pool.get_num_free_blocks() >= need)
+                floor = table.admission_floor(
+                    head.priority, time.time() - head.arrival_time, len(self.running)
+                )
+                table.make_room(lambda: pool.get_num_free_blocks() >= need, outranked_by=floor)
         return super().schedule(*args, **kwargs)
 
     def _waiting_head(self) -> Request | None:

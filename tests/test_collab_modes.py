@@ -20,6 +20,7 @@ from microagent.collab import (
     Turn,
     collaborate,
     collaboration_modes,
+    critical_offset,
     prepare_collaboration,
     register_mode,
     unregister_mode,
@@ -142,13 +143,13 @@ async def test_debate_threads_are_append_only_and_cached() -> None:
         assert outcome.rounds in (1, 2)
         assert [e for e in events if e.type == "round"]
         if outcome.rounds == 2:
-            round2 = [r for r in engine.history if r.priority == -2]
+            round2 = [r for r in engine.history if critical_offset(r.priority) == -2]
             assert len(round2) == 3
             for req in round2:  # each round-2 prompt extends that agent's own round-1 handle
                 assert any(
                     prev.prompt.is_prefix_of(req.prompt)
                     for prev in engine.history
-                    if prev.priority == -1
+                    if critical_offset(prev.priority) == -1
                 )
         assert engine.live_requests() == frozenset()
 
@@ -202,7 +203,7 @@ async def test_aggregate_splices_proposals() -> None:
         final = engine.history[-1]
         first_proposal = engine.history[0]
         assert first_proposal.prompt.is_prefix_of(final.prompt)
-        assert final.priority == -1
+        assert critical_offset(final.priority) == -1
 
 
 async def test_cascade_escalates_only_on_disagreement() -> None:

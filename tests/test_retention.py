@@ -27,11 +27,12 @@ ops = st.lists(
             st.lists(st.integers(0, 30), min_size=1, max_size=8, unique=True),
             st.one_of(st.none(), st.floats(0.5, 5.0)),
             st.one_of(st.none(), st.floats(0.0, 10.0)),
+            st.integers(-3, 3),
         ),
         st.tuples(st.just("release"), st.sampled_from("abcdef")),
         st.tuples(st.just("prefix"), st.sampled_from(["", "a", "b", "z"])),
         st.tuples(st.just("tick"), st.floats(0.0, 3.0)),
-        st.tuples(st.just("room"), st.integers(0, 20)),
+        st.tuples(st.just("room"), st.integers(0, 20), st.one_of(st.none(), st.integers(-3, 3))),
     ),
     max_size=40,
 )
@@ -43,14 +44,16 @@ def test_table_keeps_its_budget_and_gives_every_reference_back(budget: int, prog
     given_back: Counter[int] = Counter()
     taken: Counter[int] = Counter()
     table: RetentionTable[int] = RetentionTable(budget=budget, free=given_back.update)
+    ranks: dict[str, int] = {}
     now = 0.0
     for op in program:
         kind = op[0]
         if kind == "retain":
-            _, key, blocks, ttl, next_use = op
+            _, key, blocks, ttl, next_use, rank = op
             taken.update(blocks)
-            live = table.retain(Retain(key, ttl=ttl, next_use=next_use), blocks, now)
+            live = table.retain(Retain(key, ttl=ttl, next_use=next_use), blocks, now, rank=rank)
             assert live == (key in table)
+            ranks[key] = rank
         elif kind == "release":
             table.release([op[1]])
             assert op[1] not in table
@@ -61,8 +64,16 @@ def test_table_keeps_its_budget_and_gives_every_reference_back(budget: int, prog
             now += op[1]
             table.expire(now)
         else:
-            table.make_room(lambda target=op[1]: table.held_blocks <= target)
-            assert table.held_blocks <= op[1] or len(table) == 0
+            _, target, floor = op
+            before = set(table.names())
+            table.make_room(lambda t=target: table.held_blocks <= t, outranked_by=floor)
+            gone = before - set(table.names())
+            # only entries it outranks go, served-last first; it stops once enough
+            assert floor is None or all(ranks[k] >= floor for k in gone)
+            if gone:
+                assert all(ranks[k] <= min(ranks[g] for g in gone) for k in table.names())
+            outranked = [k for k in table.names() if floor is None or ranks[k] >= floor]
+            assert table.held_blocks <= target or not outranked
         # invariants after every step
         assert table.held_blocks <= budget
         held = Counter(b for k in table.names() for b in table.blocks_of(k))
@@ -86,6 +97,23 @@ def test_policy_releases_the_furthest_next_use_first_then_the_oldest() -> None:
         table.make_room(lambda n=len(table): len(table) < n)
         order.append(freed[-1])
     assert order == [(3,), (4,), (2,), (1,)]
+
+
+def test_the_owner_served_last_goes_first_and_admission_takes_only_what_it_outranks() -> None:
+    freed: list[tuple[int, ...]] = []
+    table: RetentionTable[int] = RetentionTable(budget=100, free=lambda b: freed.append(tuple(b)))
+    table.retain(Retain("older-collab", next_use=50.0), [1], 0.0, rank=10)
+    table.retain(Retain("younger-collab", next_use=1.0), [2], 0.0, rank=20)
+    table.retain(Retain("oldest-collab"), [3], 0.0, rank=5)
+    # a request of priority 10 may take rank 20 then rank 10, never rank 5
+    assert table.make_room(lambda: False, outranked_by=10) == 2
+    assert freed == [(2,), (1,)] and table.names() == ["oldest-collab"]
+    # while requests run and it has not waited past the patience, the floor holds
+    assert table.admission_floor(10, waited=table.patience / 2, running=3) == 10
+    # nothing running (no block would ever come back) or out of patience: any entry
+    assert table.admission_floor(10, waited=0.0, running=0) is None
+    assert table.admission_floor(10, waited=table.patience, running=3) is None
+    assert table.make_room(lambda: False, outranked_by=None) == 1 and len(table) == 0
 
 
 def test_superseding_keeps_the_shared_blocks_held() -> None:
@@ -154,12 +182,14 @@ def test_scripted_retained_handle_survives_a_flood_and_release_makes_it_evictabl
     sizes=st.lists(st.integers(1, 10), min_size=1, max_size=12),
     retain_every=st.integers(1, 3),
     budget=st.sampled_from([0.25, 0.5, 0.75, 1.0]),
+    priorities=st.lists(st.integers(-3, 3), min_size=12, max_size=12),
 )
 @settings(max_examples=60, deadline=None)
 def test_scripted_budget_holds_and_nothing_deadlocks(
-    sizes: list[int], retain_every: int, budget: float
+    sizes: list[int], retain_every: int, budget: float, priorities: list[int]
 ) -> None:
-    """Random prompt sizes up to most of the pool, many retained: every request finishes."""
+    """Random prompt sizes up to most of the pool, many retained, at random priorities (so
+    admission may only take what it outranks until nothing runs): every request finishes."""
 
     async def main() -> list[int]:
         held = []
@@ -177,6 +207,7 @@ def test_scripted_budget_holds_and_nothing_deadlocks(
                                 prompt_of(engine, f"p{i}", size),
                                 Sampling(max_tokens=3),
                                 retain=retain,
+                                priority=priorities[i],
                             )
                             held.append(engine.retained_blocks())
 

@@ -143,10 +143,98 @@ def _latency_of_a_short_collaboration_behind_a_long_one(
 
 
 def test_least_attained_service_lets_a_short_collaboration_through() -> None:
-    las, las_long = _latency_of_a_short_collaboration_behind_a_long_one(ServicePolicy())
+    """A hog (past the first level's tokens) is demoted: a newcomer passes its later rounds."""
+    las, las_long = _latency_of_a_short_collaboration_behind_a_long_one(
+        ServicePolicy(level_tokens=512)
+    )
     fifo, fifo_long = _latency_of_a_short_collaboration_behind_a_long_one(
         ServicePolicy(enabled=False)
     )
     print(f"short collaboration latency: LAS {las:.2f} s, critical path only {fifo:.2f} s")
     assert las < fifo / 2  # it no longer waits behind the long one's later rounds
     assert las_long <= fifo_long * 1.2  # and the long one barely notices
+
+
+def _finish_times_of_a_vote_and_a_later_debate(policy: ServicePolicy) -> tuple[float, float]:
+    """A 3-voter reasoned vote, then a 3x2 debate started while the vote's first voter
+    runs; one engine slot. The debate's steps carry critical-path offsets (-1, -2)
+    that the vote's reasoning (0) does not: by request, they jump the queue."""
+
+    async def main() -> tuple[float, float]:
+        engine = ScriptedEngine(max_num_seqs=1, decode_time_per_token=0.01, reply_words=(20, 20))
+        done: dict[str, float] = {}
+        vote_running = anyio.Event()
+
+        def watch(event: CollaborationEvent) -> None:
+            if event.type == "delta":
+                vote_running.set()
+
+        async def vote() -> None:
+            await collaborate(
+                engine,
+                "vote",
+                "Is the sky blue? " * 10,
+                [AgentSpec("voter", count=3)],
+                answer={"choices": ["yes", "no"]},
+                style="reason",
+                scheduling=policy,
+                on_event=watch,
+            )
+            done["vote"] = anyio.current_time()
+
+        async def debate() -> None:
+            await collaborate(
+                engine,
+                "debate",
+                "Is grass green? " * 10,
+                [AgentSpec("debater", count=3)],
+                rounds=2,
+                early_stop=False,
+                scheduling=policy,
+            )
+            done["debate"] = anyio.current_time()
+
+        async with engine, anyio.create_task_group() as tg:
+            tg.start_soon(vote)
+            await vote_running.wait()
+            tg.start_soon(debate)
+        return done["vote"], done["debate"]
+
+    return run_virtual(main)  # type: ignore[no-any-return]
+
+
+def test_inside_a_level_the_older_collaboration_finishes_first() -> None:
+    """First come first served by collaboration, not by request: the older one is not
+    stretched by the newcomer's requests jumping ahead of its own, and the last one
+    ends when it did (the same work in all: nothing is wasted)."""
+    vote, debate = _finish_times_of_a_vote_and_a_later_debate(ServicePolicy())
+    mixed_vote, mixed_debate = _finish_times_of_a_vote_and_a_later_debate(
+        ServicePolicy(arrival_order=False)
+    )
+    print(
+        f"by collaboration {vote:.2f}/{debate:.2f} s, "
+        f"by request {mixed_vote:.2f}/{mixed_debate:.2f} s"
+    )
+    assert vote < debate
+    assert vote < 0.8 * mixed_vote  # by request, the debate's steps stretched the vote
+    assert max(vote, debate) <= max(mixed_vote, mixed_debate) * 1.05
+
+
+@given(policies, tokens, ages, st.integers(0, 10**12), st.integers(1, 10**6), offsets, offsets)
+def test_inside_a_level_an_earlier_arrival_goes_first(
+    policy: ServicePolicy, attained: int, age: float, early: int, later: int, x: int, y: int
+) -> None:
+    late = early + later
+    assert policy.priority(attained, age, x, arrival=early) < policy.priority(
+        attained, age, y, arrival=late
+    )
+    # vLLM carries priorities as int64
+    assert -(2**63) <= policy.priority(10**15, 0.0, y, arrival=late) < 2**63
+    assert -(2**63) <= policy.priority(0, 10**12, y, arrival=late) < 2**63
+
+
+def test_arrival_numbers_follow_start_order() -> None:
+    from microagent.collab._scheduling import arrival_number
+
+    first, second = arrival_number(), arrival_number()
+    assert second == first + 1
