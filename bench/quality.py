@@ -246,7 +246,7 @@ def main() -> int:
     R.plot(data, RESULTS / f"{out}.png")
     print(tables)
     if args.update:
-        R.update_benchmarks(HERE.parent / "BENCHMARKS.md", tables, f"bench/results/{out}.json")
+        R.update_benchmarks(HERE.parent / "BENCHMARKS.md", tables, f"bench/results/{out}.json", out)
     return 0
 
 

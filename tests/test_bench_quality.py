@@ -150,6 +150,11 @@ def test_the_report_is_derived_from_the_rows_and_regenerates_byte_for_byte(
     once = page.read_text()
     R.update_benchmarks(page, md, "bench/results/q.json")
     assert page.read_text() == once and once.count(R.BEGIN) == 1
+    R.update_benchmarks(page, "subset tables\n", "bench/results/quality_auto.json", "quality_auto")
+    both = page.read_text()
+    assert once.rstrip("\n") in both  # the full run's section stays as it was
+    assert both.count(R.BEGIN) == 1 and "subset tables" in both
+    assert both.count("<!-- quality_auto:begin") == 1
     assert "bench/results/q.png" in once
     png = tmp_path / "q.png"
     R.plot(data, png)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,6 +18,7 @@ from test_server_helpers import live_server, scripted
 pytestmark = pytest.mark.anyio
 
 CONTEXT = "Is 17 a prime number?"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def agents(n: int) -> list[AgentSpec]:
@@ -27,6 +30,7 @@ def agents(n: int) -> list[AgentSpec]:
     [
         ({"answer": ["yes", "no"]}, 5, "soft_vote"),
         ({"answer": ["yes", "no"]}, 1, "soft_vote"),
+        ({"answer": ["yes", "no"], "distinct_first": False}, 1, "soft_vote_labels"),
         ({"answer": {"regex": "[0-9]+"}}, 5, "vote"),
         ({"validator": {"type": "json"}}, 5, "best_of_validator"),
         ({}, 1, "single"),
@@ -36,33 +40,62 @@ def agents(n: int) -> list[AgentSpec]:
 def test_the_rule_picks_a_strategy_from_the_question_form(
     options: dict[str, Any], n: int, strategy: str
 ) -> None:
-    chosen = plan(AutoConfig(**options), agents(n))
+    options = dict(options)
+    distinct = options.pop("distinct_first", True)
+    chosen = plan(AutoConfig(**options), agents(n), distinct_first=distinct)
     assert chosen.strategy == strategy and chosen.why
 
 
-def test_a_soft_vote_is_calibrated_only_with_enough_voters() -> None:
+def test_distinct_first_tokens_get_the_published_configuration() -> None:
+    published = json.loads((ROOT / "bench" / "results" / "quality_best.json").read_text())
+    chosen = plan(AutoConfig(answer=["cold", "hot"]), agents(5))
+    # the collaboration fields bench/quality.py published, but the mode (auto chose it)
+    assert {"mode": "vote", **chosen.options} == published["collaboration"]
+    # yes/no: the same, uncalibrated (the content-free prior over-corrects "yes")
+    yes_no = plan(AutoConfig(answer=["Yes", "No"]), agents(5))
+    expected = {**published["collaboration"], "calibrate": "off"}
+    del expected["mode"]
+    assert yes_no.options == expected
+    assert "yes/no" in yes_no.why
+
+
+def test_a_lettered_soft_vote_is_calibrated_only_with_enough_voters() -> None:
     choices = ["a", "b", "c"]
-    assert plan(AutoConfig(answer=choices), agents(3)).options["calibrate"] == "position"
-    assert plan(AutoConfig(answer=choices), agents(2)).options["calibrate"] == "off"
+    shared = {"distinct_first": False}
+    assert plan(AutoConfig(answer=choices), agents(3), **shared).options["calibrate"] == "position"
+    assert plan(AutoConfig(answer=choices), agents(2), **shared).options["calibrate"] == "off"
     many = [f"choice {i}" for i in range(30)]  # more than can be lettered
-    assert plan(AutoConfig(answer=many), agents(3)).options == {
+    assert plan(AutoConfig(answer=many), agents(3), **shared).options == {
         "style": "direct",
         "debias": "order",
     }
 
 
-async def test_closed_choices_run_a_calibrated_soft_vote_over_letters() -> None:
+async def test_closed_choices_run_the_published_soft_vote() -> None:
     def script(prompt: tuple[int, ...], request: EngineRequest) -> str | None:
-        return "A" if request.sampling.choices else None
+        return "yes" if request.sampling.choices else None
 
     async with ScriptedEngine(script=script) as engine:
         outcome = await collaborate(engine, "auto", CONTEXT, answer=["yes", "no"])
-        offered = {r.sampling.choices for r in engine.history}
-    assert outcome.mode == "auto" and outcome.answer in ("yes", "no")
+        offered = {tuple(sorted(r.sampling.choices or ())) for r in engine.history}
+    assert outcome.mode == "auto" and outcome.answer == "yes"
     assert outcome.details["strategy"] == "soft_vote"
+    assert outcome.details["soft"]["calibrate"] == "off"  # yes/no: uncalibrated
+    assert offered == {("no", "yes")} and len(outcome.agents) == 5
+
+
+async def test_choices_sharing_a_first_token_run_a_soft_vote_over_letters() -> None:
+    def script(prompt: tuple[int, ...], request: EngineRequest) -> str | None:
+        return "A" if request.sampling.choices else None
+
+    choices = ["New York", "New Delhi"]  # one first token: the texts cannot be told apart
+    async with ScriptedEngine(script=script) as engine:
+        outcome = await collaborate(engine, "auto", CONTEXT, answer=choices)
+        offered = {r.sampling.choices for r in engine.history}
+    assert outcome.details["strategy"] == "soft_vote_labels"
     assert "position prior" in outcome.details["why"]
     assert outcome.details["soft"]["calibrate"] == "position"
-    assert offered == {("A", "B")} and len(outcome.agents) == 5
+    assert offered == {("A", "B")} and outcome.answer in choices
 
 
 async def test_free_answers_run_best_of_judged_by_the_model() -> None:

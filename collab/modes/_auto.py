@@ -2,17 +2,24 @@
 
 The rule (the first that matches; ``k`` choices, ``n`` agents):
 
-1. ``answer.choices`` (closed choices): a **soft vote over lettered options**
-   (``vote`` with ``style: direct``, ``debias: labels``, ``soft: true``,
-   ``calibrate: position`` when ``n >= k``, else ``off``). Letters are one token
-   each, so the first-token rule of soft votes always applies, and every voter
-   sees the options in its own order. More than 26 choices: a hard vote with
-   ``debias: order``.
-2. ``answer.regex`` (a closed form without fixed choices): a plain majority
+1. ``answer.choices`` (closed choices) whose texts start with distinct tokens
+   (the engine's tokenizer): the configuration published by
+   ``bench/quality.py`` (``bench/results/quality_best.json``): a **soft vote
+   over the answers themselves** (``vote`` with ``style: direct``, ``debias:
+   order``, ``soft: true``, ``calibrate: content``, ``answer_tokens: 1``).
+   Every voter sees the choices in its own order, and the prior the model
+   gives each answer on a content-free question is divided out — except for
+   yes/no questions, where that division over-corrects the model's "yes"
+   preference (measured: ``capital`` in BENCHMARKS.md), so ``calibrate: off``.
+2. closed choices that share a first token: a **soft vote over lettered
+   options** (``debias: labels``, ``soft: true``, ``calibrate: position`` when
+   ``n >= k``, else ``off``): letters are one token each, so the first-token
+   rule applies. More than 26 such choices: a hard vote with ``debias: order``.
+3. ``answer.regex`` (a closed form without fixed choices): a plain majority
    vote of the normalised answers (``vote``, ``style: auto``).
-3. a ``validator`` (a free answer that can be checked): ``best_of`` scored by
+4. a ``validator`` (a free answer that can be checked): ``best_of`` scored by
    the validator, stopping at the first candidate that passes.
-4. a free answer: ``n == 1``: a single sample; ``n > 1``: ``best_of`` judged by
+5. a free answer: ``n == 1``: a single sample; ``n > 1``: ``best_of`` judged by
    the model itself (its P(yes) that each candidate is correct).
 
 The chosen mode runs with the request's agents and the shared options
@@ -22,7 +29,7 @@ The chosen mode runs with the request's agents and the shared options
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -32,12 +39,28 @@ from .._config import ModeConfig
 from .._context import CollaborationContext
 from .._debias import LABELS
 from .._mode import AnyOp, CollaborationOp, ModeResult
+from .._soft import SharedFirstToken, first_tokens
 from .._spec import AgentSpec
 from .._validators import Validator, validator_from_spec
 from ._best_of import BestOf, BestOfConfig
 from ._vote import Vote, VoteConfig
 
-STRATEGIES = ("soft_vote", "vote", "best_of_validator", "best_of_self", "single")
+STRATEGIES = (
+    "soft_vote",
+    "soft_vote_labels",
+    "vote",
+    "best_of_validator",
+    "best_of_self",
+    "single",
+)
+#: Rule 1's options: ``bench/results/quality_best.json``'s collaboration fields.
+PUBLISHED_CLOSED_CHOICE: dict[str, Any] = {
+    "style": "direct",
+    "debias": "order",
+    "soft": True,
+    "calibrate": "content",
+    "answer_tokens": 1,
+}
 
 
 def _validator(value: Any) -> Validator | None:
@@ -66,8 +89,21 @@ class Plan:
     options: dict[str, Any]
 
 
-def plan(config: AutoConfig, agents: Sequence[AgentSpec]) -> Plan:
-    """The strategy the rule picks for ``config`` and ``agents`` (see the module docstring)."""
+def distinct_first_tokens(choices: Sequence[str], tokenize: Callable[[str], Sequence[int]]) -> bool:
+    """Whether every choice starts with its own token (rule 1's condition)."""
+    try:
+        first_tokens(choices, tokenize)
+    except SharedFirstToken:
+        return False
+    return True
+
+
+def plan(config: AutoConfig, agents: Sequence[AgentSpec], *, distinct_first: bool = True) -> Plan:
+    """The strategy the rule picks for ``config`` and ``agents`` (see the module docstring).
+
+    ``distinct_first``: whether the choices start with distinct tokens (the
+    engine's tokenizer decides; ``distinct_first_tokens``).
+    """
     n = sum(a.count for a in agents)
     shared: dict[str, Any] = {
         "early_stop": config.early_stop,
@@ -79,27 +115,43 @@ def plan(config: AutoConfig, agents: Sequence[AgentSpec]) -> Plan:
     answer = config.answer
     if answer is not None and answer.choices:
         k = len(answer.choices)
+        if distinct_first:
+            options = dict(PUBLISHED_CLOSED_CHOICE)
+            yes_no = {c.strip().lower() for c in answer.choices} == {"yes", "no"}
+            if yes_no:
+                options["calibrate"] = "off"
+            why = f"closed choices ({k}) with distinct first tokens: the published soft vote " + (
+                "(each voter in its own order), uncalibrated: a content-free prior over-corrects "
+                "the model's yes/no preference"
+                if yes_no
+                else "(each voter in its own order, the content-free prior divided out)"
+            )
+            config_ = VoteConfig(**{**shared, **options})
+            return Plan("soft_vote", why, Vote(), config_, options)
         if k > len(LABELS):
-            options: dict[str, Any] = {"style": "direct", "debias": "order"}
-            why = f"closed choices ({k}, more than can be lettered): a debiased vote"
+            options = {"style": "direct", "debias": "order"}
+            why = (
+                f"closed choices ({k}) sharing first tokens, more than can be lettered: "
+                "a debiased vote"
+            )
             return Plan("vote", why, Vote(), VoteConfig(**shared, **options), options)
         calibrated = n >= k
-        options = {
+        options: dict[str, Any] = {
             "style": "direct",
             "debias": "labels",
             "soft": True,
             "calibrate": "position" if calibrated else "off",
         }
         why = (
-            f"closed choices ({k}): a soft vote over lettered options, each voter in its own "
-            "order, "
+            f"closed choices ({k}) sharing first tokens: a soft vote over lettered options, "
+            "each voter in its own order, "
             + (
                 "the position prior measured across voters and removed"
                 if calibrated
                 else f"uncalibrated (fewer agents than choices: {n} < {k})"
             )
         )
-        return Plan("soft_vote", why, Vote(), VoteConfig(**shared, **options), options)
+        return Plan("soft_vote_labels", why, Vote(), VoteConfig(**shared, **options), options)
     if answer is not None and answer.regex:
         why = "a closed answer form (regex) without fixed choices: a majority vote"
         return Plan("vote", why, Vote(), VoteConfig(**shared), {})
@@ -124,16 +176,26 @@ class Auto(CollaborationOp[AutoConfig]):
 
     def validate(self, config: AutoConfig, agents: Sequence[AgentSpec]) -> None:
         super().validate(config, agents)
-        chosen = plan(config, agents)
-        if chosen.op is not None:
-            chosen.op.validate(chosen.config, agents)
+        for distinct in (True, False):  # the engine's tokenizer picks one when it runs
+            chosen = plan(config, agents, distinct_first=distinct)
+            if chosen.op is not None:
+                chosen.op.validate(chosen.config, agents)
 
     def max_turns(self, config: AutoConfig, agents: Sequence[AgentSpec]) -> int | None:
-        chosen = plan(config, agents)
-        return 1 if chosen.op is None else chosen.op.max_turns(chosen.config, agents)
+        turns = []
+        for distinct in (True, False):
+            chosen = plan(config, agents, distinct_first=distinct)
+            turns.append(1 if chosen.op is None else chosen.op.max_turns(chosen.config, agents))
+        return None if None in turns else max(t for t in turns if t is not None)
 
     async def run(self, ctx: CollaborationContext[AutoConfig]) -> ModeResult:
-        chosen = plan(ctx.config, ctx.agents)
+        answer = ctx.config.answer
+        distinct = (
+            answer is None
+            or not answer.choices
+            or distinct_first_tokens(answer.choices, ctx.engine.tokenize)
+        )
+        chosen = plan(ctx.config, ctx.agents, distinct_first=distinct)
         head: dict[str, Any] = {
             "strategy": chosen.strategy,
             "why": chosen.why,
