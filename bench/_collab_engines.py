@@ -174,6 +174,7 @@ METRICS = (
     "vllm:request_decode_time_seconds_sum",
     "vllm:request_queue_time_seconds_sum",
     "vllm:request_success_total",
+    "vllm:num_preemptions_total",
 )
 
 

@@ -1,23 +1,31 @@
-"""Collaborations under load: KV retention and least-attained-service scheduling, on and off.
+"""Collaborations under load: microagent against client code on vLLM's own server.
 
 Open-loop Poisson arrivals of a workload mix (vote-5 reason-then-answer,
 debate 3×2, aggregate 3+1), each collaboration on its own ~1 500-token
-context, on one in-process vLLM engine whose KV cache is sized so that the
-live working set is larger than the cache. Two configurations on identical
-engine settings, interleaved, paired (the same arrival times and contexts):
+context, on engines whose KV cache is sized so that the live working set is
+larger than the cache. Systems on identical engine settings (scheduler
+limits, KV blocks, model, dtype), each on its own engine, interleaved and
+paired (the same arrival times and contexts):
 
-* ``microagent``: retention on (half the KV cache) and ``ServicePolicy()``;
-* ``ablation``: retention off (``VLLMBridge(retention=0)``: vLLM's own
-  scheduler and LRU cache) and ``ServicePolicy(enabled=False)`` (the
-  critical-path priorities alone).
+* ``microagent``: one in-process vLLM engine, KV retention on (half the
+  cache) and collaboration scheduling (``ServicePolicy()``);
+* ``client``: the same prompts as OpenAI-SDK client code, one HTTP call per
+  role (``bench/_collab_client.py``), against ``vllm serve`` with prefix
+  caching on and vLLM's own scheduling;
+* ``microagent-http``: ``microagent serve``, one OpenAI-SDK call per
+  collaboration (HTTP in, everything in-engine);
+* ablations on request: ``ablation`` (in-process, vLLM's LRU cache and the
+  modes' critical-path priorities only), ``in-engine-fcfs`` (in-process,
+  vLLM's LRU cache and first-come-first-served requests: no priorities),
+  ``retention-only``, ``scheduling-only``.
 
-This is an ablation of what the in-engine design adds, not yet the
-comparison with client code on vLLM's own server (issue 12 asks for both;
-the client side is not measured here). Per configuration and rate:
-collaborations/min, p50/p95/p99 latency, prompt tokens computed, tokens
-recomputed after eviction, preemptions, retained-hit tokens. Writes
-``bench/results/load[_quick].json``, a Markdown table and a latency-vs-
-throughput PNG; ``--update`` rewrites the load section of BENCHMARKS.md.
+Per system and rate: collaborations/min, p50/p95/p99 latency, prompt tokens
+computed and tokens recomputed after eviction (both scored from the recorded
+token ids and cached counts by one function, ``_load_accounting``, for every
+system), preemptions, retained-hit tokens. Writes
+``bench/results/load[_quick].json``, a Markdown table with the targets of
+issue 12 and a latency-vs-throughput PNG; ``--update`` rewrites the load
+section of BENCHMARKS.md.
 
 Refuses to start when the 1-minute load average is above 0.5 (``--force``
 to override; then the table says so).
@@ -29,19 +37,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
+import signal
 import statistics
+import subprocess
 import sys
 import time
+import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import _collab_client as C  # noqa: E402
 import _load_report as R  # noqa: E402
+from _load_accounting import RequestRecord, prefill  # noqa: E402
 from _sections import machine  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -51,6 +66,17 @@ WORDS = [
     "thistle", "comet",
 ]  # fmt: skip
 MIX = ("vote5-reason", "debate3x2", "aggregate3+1")
+CHOICES = ["yes", "no"]
+#: The workloads, in ``bench/collab.py``'s form (``_collab_client.run_workload`` reads them).
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "vote5-reason": {"kind": "vote", "n": 5, "style": "reason"},
+    "debate3x2": {"kind": "debate", "agents": 3, "rounds": 2},
+    "aggregate3+1": {"kind": "aggregate", "proposers": 3},
+}
+COMMON = {"max_tokens": 40, "answer_tokens": 4, "temperature": 0.7}
+ENGINE = {"max_num_seqs": 8, "max_model_len": 4096, "max_num_batched_tokens": 2048}
+IN_PROCESS = ("microagent", "ablation", "retention-only", "scheduling-only", "in-engine-fcfs")
+SYSTEMS = (*IN_PROCESS, "microagent-http", "client")
 
 
 def context_text(seed: int, words: int) -> str:
@@ -71,53 +97,341 @@ def arrivals(rate_per_s: float, count: int, seed: int) -> list[float]:
     return out
 
 
-async def one(bridge: Any, kind: str, context: str, policy: Any) -> dict[str, Any]:
+async def one(bridge: Any, kind: str, context: str, policy: Any) -> None:
+    """One collaboration in-process, as ``bench/collab.py`` runs it, with ``policy``."""
     from microagent.collab import AgentSpec, collaborate
 
-    common: dict[str, Any] = {"max_tokens": 40, "temperature": 0.7, "scheduling": policy}
-    if kind == "vote5-reason":
-        outcome = await collaborate(
-            bridge,
-            "vote",
-            context,
-            [AgentSpec("voter", count=5)],
-            answer={"choices": ["yes", "no"]},
-            style="reason",
-            answer_tokens=4,
-            **common,
-        )
-    elif kind == "debate3x2":
-        outcome = await collaborate(
-            bridge,
-            "debate",
-            context,
-            [AgentSpec("d", count=3)],
-            rounds=2,
-            early_stop=False,
-            **common,
-        )
-    else:
-        outcome = await collaborate(
-            bridge,
-            "aggregate",
-            context,
-            [AgentSpec("proposer", count=3), AgentSpec("aggregator", role="aggregator")],
-            **common,
-        )
-    u = outcome.usage
-    return {
-        "prompt": u.prompt_tokens,
-        "computed": u.computed_prompt_tokens,
-        "completion": u.completion_tokens,
+    wl = {**WORKLOADS[kind], **COMMON}
+    messages: Any = C.P.context(context)  # the same messages the client code sends first
+    common: dict[str, Any] = {
+        "max_tokens": wl["max_tokens"],
+        "temperature": wl["temperature"],
+        "scheduling": policy,
     }
+    if wl["kind"] == "vote":
+        specs = [AgentSpec("voter", count=wl["n"])]
+        extra: dict[str, Any] = {
+            "answer": {"choices": CHOICES},
+            "style": wl["style"],
+            "answer_tokens": wl["answer_tokens"],
+            "early_stop": False,  # the client cannot stop a voter: compare like with like
+        }
+        await collaborate(bridge, "vote", messages, specs, **extra, **common)
+    elif wl["kind"] == "debate":
+        specs = [AgentSpec("debater", count=wl["agents"])]
+        extra = {"rounds": wl["rounds"], "early_stop": False, "answer": {"choices": CHOICES}}
+        await collaborate(bridge, "debate", messages, specs, **extra, **common)
+    else:
+        specs = [
+            AgentSpec("proposer", count=wl["proposers"]),
+            AgentSpec("aggregator", role="aggregator"),
+        ]
+        await collaborate(bridge, "aggregate", messages, specs, **common)
 
 
-async def run_config(
-    bridge: Any, policy: Any, schedule: list[tuple[float, str, str]]
-) -> dict[str, Any]:
-    before = bridge.stats()
+@dataclass
+class RecordingCaller(C.Caller):
+    """``Caller`` that also keeps each request's token ids and cached prompt tokens."""
+
+    records: list[RequestRecord] = field(default_factory=list)
+
+    async def call(
+        self,
+        messages: list[C.P.Message],
+        *,
+        max_tokens: int,
+        temperature: float,
+        choices: list[str] | None = None,
+    ) -> str:
+        extra: dict[str, Any] = {"return_token_ids": True}
+        if choices:
+            extra["structured_outputs"] = {"choice": choices}
+        t0 = time.monotonic()
+        resp = await self.client.chat.completions.create(
+            model=self.model,
+            messages=messages,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=1.0,
+            extra_body=extra,
+        )
+        t1 = time.monotonic()
+        body = resp.model_dump()
+        details = (body.get("usage") or {}).get("prompt_tokens_details") or {}
+        self.records.append(
+            RequestRecord(
+                submitted=t0,
+                finished=t1,
+                prompt=tuple(body.get("prompt_token_ids") or ()),
+                output=tuple(body["choices"][0].get("token_ids") or ()),
+                cached=int(details.get("cached_tokens") or 0),
+            )
+        )
+        return str(resp.choices[0].message.content or "")
+
+
+async def one_client(caller: RecordingCaller, kind: str, context: str) -> None:
+    """One collaboration as client code: every role its own HTTP call."""
+    await C.run_workload(caller, {**WORKLOADS[kind], **COMMON}, context, CHOICES)
+
+
+def bridge_records(bridge: Any, since: int) -> list[RequestRecord]:
+    """The in-process engine requests started since ``since``, as ``RequestRecord``s."""
+    out = []
+    for gen in bridge.generations[since:]:
+        result = gen.result
+        if result is None:
+            continue
+        out.append(
+            RequestRecord(
+                submitted=result.timings.submitted,
+                finished=result.timings.finished,
+                prompt=tuple(result.prompt.token_ids),
+                output=tuple(result.output_ids),
+                cached=result.cached_tokens,
+            )
+        )
+    return out
+
+
+class InProcess:
+    """A system on one in-process engine (``microagent`` and its ablations)."""
+
+    def __init__(
+        self, name: str, retention: float, policy: Any, blocks: int, fcfs: bool = False
+    ) -> None:
+        from _collab_engines import RecordingBridge
+
+        self.name = name
+        self.policy = policy
+        self.bridge = RecordingBridge(
+            **ENGINE, engine_args={"num_gpu_blocks_override": blocks}, retention=retention,
+            scheduling_policy="fcfs" if fcfs else "priority", progress=False,
+        )  # fmt: skip
+
+    async def open(self) -> None:
+        await self.bridge.open()
+
+    async def close(self) -> None:
+        await self.bridge.close()
+
+    async def collaboration(self, kind: str, context: str) -> None:
+        await one(self.bridge, kind, context, self.policy)
+
+    async def mark(self) -> dict[str, Any]:
+        return {"stats": self.bridge.stats(), "since": len(self.bridge.generations)}
+
+    async def measure(self, mark: dict[str, Any]) -> dict[str, Any]:
+        after = self.bridge.stats()
+        retention = await self.bridge.retention_stats()
+        return {
+            "records": bridge_records(self.bridge, mark["since"]),
+            "preemptions": after.preemptions - mark["stats"].preemptions,
+            "retained_hit_tokens": after.retained_hit_tokens - mark["stats"].retained_hit_tokens,
+            "released": dict(retention.released),
+        }
+
+
+class Client:
+    """Client code (openai SDK) against ``vllm serve`` with prefix caching, same settings."""
+
+    name = "client"
+
+    def __init__(self, blocks: int, port: int) -> None:
+        self.blocks, self.port = blocks, port
+        self.server: Any = None
+        self.caller: RecordingCaller | None = None
+
+    async def open(self) -> None:
+        import microagent
+        from _collab_engines import SERVED_NAME, Server
+        from openai import AsyncOpenAI
+
+        self.server = Server(
+            microagent.resolve_model("default"),
+            self.port,
+            prefix_caching=True,
+            log=RESULTS / "load-server.log.tmp",
+            extra_args=[
+                "--max-num-seqs", str(ENGINE["max_num_seqs"]),
+                "--max-model-len", str(ENGINE["max_model_len"]),
+                "--max-num-batched-tokens", str(ENGINE["max_num_batched_tokens"]),
+                "--num-gpu-blocks-override", str(self.blocks),
+                "--enable-prompt-tokens-details",
+            ],
+        )  # fmt: skip
+        await asyncio.to_thread(self.server.wait_healthy)
+        # the SDK's default retries: a keep-alive connection the server closed is retried
+        client = AsyncOpenAI(base_url=self.server.base_url, api_key="unused", max_retries=2)
+        self.caller = RecordingCaller(client, SERVED_NAME)
+
+    async def close(self) -> None:
+        if self.caller is not None:
+            await self.caller.client.close()
+        if self.server is not None:
+            self.server.stop()
+
+    async def collaboration(self, kind: str, context: str) -> None:
+        assert self.caller is not None
+        await one_client(self.caller, kind, context)
+
+    async def mark(self) -> dict[str, Any]:
+        assert self.caller is not None and self.server is not None
+        metrics = await asyncio.to_thread(self.server.metrics)
+        return {"since": len(self.caller.records), "preemptions": _preemptions(metrics)}
+
+    async def measure(self, mark: dict[str, Any]) -> dict[str, Any]:
+        assert self.caller is not None and self.server is not None
+        metrics = await asyncio.to_thread(self.server.metrics)
+        return {
+            "records": self.caller.records[mark["since"] :],
+            "preemptions": _preemptions(metrics) - mark["preemptions"],
+            "retained_hit_tokens": 0,
+            "released": {},
+        }
+
+
+def http_body(kind: str) -> dict[str, Any]:
+    """The ``agents`` + ``collaboration`` fields of one workload over microagent's HTTP API."""
+    wl = WORKLOADS[kind]
+    if wl["kind"] == "vote":
+        agents: list[dict[str, Any]] = [{"name": "voter", "count": wl["n"]}]
+        collaboration: dict[str, Any] = {
+            "mode": "vote",
+            "answer": {"choices": CHOICES},
+            "style": wl["style"],
+            "answer_tokens": COMMON["answer_tokens"],
+            "early_stop": False,
+        }
+    elif wl["kind"] == "debate":
+        agents = [{"name": "debater", "count": wl["agents"]}]
+        collaboration = {
+            "mode": "debate",
+            "rounds": wl["rounds"],
+            "early_stop": False,
+            "answer": {"choices": CHOICES},
+        }
+    else:
+        agents = [
+            {"name": "proposer", "count": wl["proposers"]},
+            {"name": "aggregator", "role": "aggregator"},
+        ]
+        collaboration = {"mode": "aggregate"}
+    return {"agents": agents, "collaboration": collaboration}
+
+
+class Http:
+    """``microagent serve`` (everything in-engine, HTTP in): one OpenAI-SDK call per
+    collaboration. Its engine requests are not visible from outside, so computed and
+    recomputed tokens are the server's own counters (``/metrics``), not the shared scoring."""
+
+    name = "microagent-http"
+
+    def __init__(self, blocks: int, port: int) -> None:
+        self.blocks, self.port = blocks, port
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.client: Any = None
+
+    async def open(self) -> None:
+        from openai import AsyncOpenAI
+
+        command = [
+            sys.executable, "-m", "microagent", "serve", "--port", str(self.port),
+            "--max-num-seqs", str(ENGINE["max_num_seqs"]),
+            "--max-model-len", str(ENGINE["max_model_len"]),
+            "--max-num-batched-tokens", str(ENGINE["max_num_batched_tokens"]),
+            "--engine-arg", f"num_gpu_blocks_override={self.blocks}",
+        ]  # fmt: skip
+        self.proc = await asyncio.to_thread(_start, command, RESULTS / "load-microagent.log.tmp")
+        url = f"http://127.0.0.1:{self.port}"
+        await asyncio.to_thread(_wait_healthy, url, self.proc)
+        self.client = AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=2)
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.to_thread(self.proc.wait, 60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    async def collaboration(self, kind: str, context: str) -> None:
+        await self.client.chat.completions.create(
+            model="default",
+            messages=C.P.context(context),
+            max_tokens=COMMON["max_tokens"],
+            temperature=COMMON["temperature"],
+            extra_body=http_body(kind),
+        )
+
+    async def _metrics(self) -> dict[str, float]:
+        text = await asyncio.to_thread(_get, f"http://127.0.0.1:{self.port}/metrics")
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name = line.split("{", 1)[0].split(" ", 1)[0]
+                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        return out
+
+    async def mark(self) -> dict[str, Any]:
+        return {"metrics": await self._metrics()}
+
+    async def measure(self, mark: dict[str, Any]) -> dict[str, Any]:
+        after, before = await self._metrics(), mark["metrics"]
+
+        def delta(name: str) -> int:
+            return int(after.get(name, 0.0) - before.get(name, 0.0))
+
+        prompt = delta("microagent_prompt_tokens_total")
+        return {
+            "records": [],
+            "prompt_tokens": prompt,
+            "computed_tokens": prompt - delta("microagent_cached_tokens_total"),
+            "reusable_tokens": None,
+            "recomputed_tokens": delta("microagent_engine_recomputed_tokens_total"),
+            "retained_hit_tokens": delta("microagent_engine_retained_hit_tokens_total"),
+            "preemptions": None,
+            "released": {},
+            "own_counters": True,
+        }
+
+
+def _start(command: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """A child in its own process group, its output in ``log`` (the child keeps the file)."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, cwd="/", start_new_session=True
+        )
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return str(r.read().decode())
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"microagent serve exited with {proc.returncode}")
+        with contextlib.suppress(OSError):
+            _get(f"{url}/health")
+            return
+        time.sleep(1.0)
+    raise TimeoutError(f"microagent serve not healthy after {timeout} s")
+
+
+def _preemptions(metrics: dict[str, float]) -> int:
+    return int(metrics["vllm:num_preemptions_total"])
+
+
+async def run_config(system: Any, schedule: list[tuple[float, str, str]]) -> dict[str, Any]:
+    """Launch ``schedule`` (arrival offset, workload, context) open-loop on ``system``."""
+    mark = await system.mark()
     latencies: list[float] = []
-    usage: list[dict[str, Any]] = []
     failures = 0
     t0 = time.monotonic()
 
@@ -126,7 +440,7 @@ async def run_config(
         await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
         start = time.monotonic()
         try:
-            usage.append(await one(bridge, kind, context, policy))
+            await system.collaboration(kind, context)
             latencies.append(time.monotonic() - start)
         except Exception as exc:  # counted and reported, never hidden
             failures += 1
@@ -134,8 +448,9 @@ async def run_config(
 
     await asyncio.gather(*(launch(*item) for item in schedule))
     wall = time.monotonic() - t0
-    after = bridge.stats()
-    retention = await bridge.retention_stats()
+    measured = await system.measure(mark)
+    scored = prefill(measured.pop("records"))
+    own = {k: measured.pop(k) for k in list(measured) if k.endswith("_tokens")}
     q = statistics.quantiles(latencies, n=100) if len(latencies) >= 2 else [0.0] * 99
     return {
         "completed": len(latencies),
@@ -145,73 +460,72 @@ async def run_config(
         "p50_s": statistics.median(latencies) if latencies else 0.0,
         "p95_s": q[94],
         "p99_s": q[98],
-        "prompt_tokens": after.prompt_tokens - before.prompt_tokens,
-        "computed_tokens": after.computed_prompt_tokens - before.computed_prompt_tokens,
-        "recomputed_tokens": after.recomputed_tokens - before.recomputed_tokens,
-        "retained_hit_tokens": after.retained_hit_tokens - before.retained_hit_tokens,
-        "preemptions": after.preemptions - before.preemptions,
-        "released": dict(retention.released),
+        "prompt_tokens": scored.prompt_tokens,
+        "computed_tokens": scored.computed_tokens,
+        "reusable_tokens": scored.reusable_tokens,
+        "recomputed_tokens": scored.recomputed_tokens,
+        **measured,
+        **own,  # a system that cannot be scored from token ids reports its own counters
     }
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from microagent.collab import ServicePolicy
-    from microagent.engine_bridge import VLLMBridge
 
-    engine = {"num_gpu_blocks_override": args.blocks}
-    configs = {
-        "microagent": (
-            VLLMBridge(max_num_seqs=8, max_model_len=4096, engine_args=engine, progress=False),
-            ServicePolicy(),
-        ),
-        "ablation": (
-            VLLMBridge(
-                max_num_seqs=8, max_model_len=4096, engine_args=engine, retention=0, progress=False
-            ),
-            ServicePolicy(enabled=False),
-        ),
+    variants = {
+        "microagent": (0.5, ServicePolicy()),
+        "ablation": (0.0, ServicePolicy(enabled=False)),
+        "retention-only": (0.5, ServicePolicy(enabled=False)),
+        "scheduling-only": (0.0, ServicePolicy()),
+        "in-engine-fcfs": (0.0, ServicePolicy(enabled=False)),
     }
+    systems: dict[str, Any] = {}
+    for name in args.systems:
+        if name == "client":
+            systems[name] = Client(args.blocks, args.port)
+        elif name == "microagent-http":
+            systems[name] = Http(args.blocks, args.port + 1)
+        else:
+            retention, policy = variants[name]
+            fcfs = name == "in-engine-fcfs"  # vLLM's own order: no priorities at all
+            systems[name] = InProcess(name, retention, policy, args.blocks, fcfs)
     runs: list[dict[str, Any]] = []
-    for name, (bridge, _) in configs.items():
-        t = time.monotonic()
-        await bridge.open()
-        print(f"{name}: engine started in {time.monotonic() - t:.0f} s", flush=True)
     try:
+        for name, system in systems.items():
+            t = time.monotonic()
+            await system.open()
+            print(f"{name}: engine started in {time.monotonic() - t:.0f} s", flush=True)
         for rep in range(args.reps):
             for rate in args.rates:
                 seed = 1000 * rep + int(rate * 100)
                 times = arrivals(rate / 60.0, args.count, seed)
                 kinds = [MIX[i % len(MIX)] for i in range(args.count)]
-                order = list(configs) if rep % 2 == 0 else list(reversed(configs))
-                for name in order:  # interleaved; the same arrivals, fresh contexts per system
-                    bridge, policy = configs[name]
-                    schedule = [
-                        (
-                            at,
-                            kind,
-                            context_text(
-                                seed * 100 + i + (7 if name == "ablation" else 0), args.words
-                            ),
-                        )
-                        for i, (at, kind) in enumerate(zip(times, kinds, strict=True))
-                    ]
+                schedule = [
+                    (at, kind, context_text(seed * 100 + i, args.words))
+                    for i, (at, kind) in enumerate(zip(times, kinds, strict=True))
+                ]
+                names = list(systems)
+                order = names[rep % len(names) :] + names[: rep % len(names)]  # rotated
+                for name in order:  # each system its own engine: the same arrivals and contexts
                     load = os.getloadavg()[0]
-                    result = await run_config(bridge, policy, schedule)
+                    result = await run_config(systems[name], schedule)
                     result.update(system=name, rate_per_min=rate, rep=rep, loadavg_before=load)
                     runs.append(result)
                     print(
                         f"rep {rep} rate {rate}/min {name}: {result['completed']} done, "
                         f"p50 {result['p50_s']:.1f} s, p95 {result['p95_s']:.1f} s, "
+                        f"computed {result['computed_tokens']}, "
                         f"recomputed {result['recomputed_tokens']}, "
                         f"preempted {result['preemptions']}",
                         flush=True,
                     )
     finally:
-        for bridge, _ in configs.values():
-            await bridge.close()
+        for system in systems.values():
+            await system.close()
     return {
         "runs": runs,
         "settings": {
+            "systems": list(systems),
             "rates_per_min": args.rates,
             "collaborations_per_run": args.count,
             "reps": args.reps,
@@ -219,6 +533,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "block_tokens": 128,
             "context_words": args.words,
             "mix": list(MIX),
+            "engine": ENGINE,
+            "sampling": COMMON,
         },
     }
 
@@ -231,22 +547,44 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--blocks", type=int, default=40, help="KV cache blocks (128 tokens)")
     parser.add_argument("--words", type=int, default=700, help="context words (~1.5k tokens)")
+    parser.add_argument(
+        "--systems",
+        nargs="+",
+        default=["microagent", "client", "ablation"],
+        choices=SYSTEMS,
+    )
+    parser.add_argument("--port", type=int, default=8471, help="the client's vLLM server")
     parser.add_argument("--force", action="store_true", help="run even on a busy machine")
     parser.add_argument("--update", action="store_true", help="rewrite BENCHMARKS.md's section")
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="add this run's runs (other rates) to the existing JSON, as a supplementary run",
+    )
+    parser.add_argument("--report-only", action="store_true", help="tables from the existing JSON")
     args = parser.parse_args()
-    args.rates = args.rates or ([6.0, 12.0] if args.quick else [4.0, 8.0, 12.0, 16.0])
-    args.count = args.count or (9 if args.quick else 18)
+    args.rates = args.rates or ([6.0, 40.0] if args.quick else [6.0, 24.0, 48.0, 96.0])
+    args.count = args.count or (9 if args.quick else 10)
     args.reps = args.reps or (1 if args.quick else 3)
-    load = os.getloadavg()[0]
-    if load > 0.5 and not args.force:
-        print(f"load average {load:.2f} > 0.5: the machine is not quiet; refusing", file=sys.stderr)
-        return 2
-    started = time.time()
-    data = asyncio.run(main_async(args))
-    data["machine"] = machine(load, bool(args.force and load > 0.5), started)
-    RESULTS.mkdir(exist_ok=True)
     stem = "load_quick" if args.quick else "load"
-    (RESULTS / f"{stem}.json").write_text(json.dumps(data, indent=2))
+    path = RESULTS / f"{stem}.json"
+    if args.report_only:
+        data = json.loads(path.read_text())
+    else:
+        load = os.getloadavg()[0]
+        if load > 0.5 and not args.force:
+            print(
+                f"load average {load:.2f} > 0.5: the machine is not quiet; refusing",
+                file=sys.stderr,
+            )
+            return 2
+        started = time.time()
+        data = asyncio.run(main_async(args))
+        data["machine"] = machine(load, bool(args.force and load > 0.5), started)
+        if args.append:
+            data = R.merge(json.loads(path.read_text()), data)
+        RESULTS.mkdir(exist_ok=True)
+        path.write_text(json.dumps(data, indent=2))
     tables = R.tables(data)
     (RESULTS / f"{stem}_tables.md").write_text(tables)
     R.plot(data, RESULTS / f"{stem}.png")

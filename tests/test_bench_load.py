@@ -8,11 +8,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
 import _load_report as R  # noqa: E402
 import load as L  # noqa: E402
+from _load_accounting import RequestRecord, prefill  # noqa: E402
 
 
 def run(system: str, rate: float, rep: int, p95: float, recomputed: int) -> dict[str, object]:
@@ -28,6 +31,7 @@ def run(system: str, rate: float, rep: int, p95: float, recomputed: int) -> dict
         "p95_s": p95,
         "p99_s": p95,
         "computed_tokens": 1000,
+        "reusable_tokens": 900,
         "recomputed_tokens": recomputed,
         "retained_hit_tokens": 0,
         "preemptions": 0,
@@ -67,8 +71,76 @@ def test_contexts_are_unique_per_seed() -> None:
 
 def test_tables_take_medians_and_ratios_from_the_json() -> None:
     text = R.tables(DATA)
-    assert "| 6 | microagent | 18 (0) | 5.00 | 2.5 | 5.0 | 5.0 | 1000 | 200 |" in text
-    assert "| 6 | 0.50× | 0.25× |" in text
+    assert "| 6 | microagent | 18 (0) | 5.00 | 2.5 | 5.0 | 5.0 | 1000 | 900 | 200 |" in text
+    assert "| 6 | 0.50× | 0.50× | 1.00× | 0.25× |" in text  # against the ablation
+
+
+def client_curve() -> dict[str, object]:
+    """The client: p95 5 s unloaded, 9 s at 12/min (<= 2x), 30 s at 24/min (past it)."""
+    runs = []
+    for rate, p95, rec, ours_p95, ours_rec in (
+        (6, 5.0, 100, 4.0, 50),
+        (12, 9.0, 1000, 5.0, 300),
+        (24, 30.0, 4000, 9.0, 900),
+    ):
+        for system, p, r, per_min in (
+            ("client", p95, rec, rate * 0.9),
+            ("microagent", ours_p95, ours_rec, rate * 0.95),
+        ):
+            row = run(system, rate, 0, p, r)
+            row["per_min"] = per_min
+            runs.append(row)
+    return {**DATA, "runs": runs}
+
+
+def test_targets_are_read_at_the_clients_loaded_point() -> None:
+    rows = R.medians(client_curve())
+    assert R.loaded_point(rows, "client") == 12  # 9 s <= 2 x 5 s; 30 s is past it
+    # microagent reaches the client's 9 s p95 at 24/min: 22.8 / 10.8 = 2.11x the throughput
+    assert R.throughput_at_p95(rows, "microagent", 9.0) == 24 * 0.95
+    goals = R.targets(rows)
+    assert [g["met"] for g in goals] == [True, True]
+    assert abs(goals[0]["measured"] - 24 * 0.95 / (12 * 0.9)) < 1e-9
+    assert goals[1]["measured"] == 0.3
+    text = R.tables(client_curve())
+    assert "| 12 | 0.56× | 0.56× | 1.00× | 0.30× |" in text  # against the client
+    assert "2.11× the throughput" in text
+
+
+def test_throughput_at_a_p95_interpolates_between_rates() -> None:
+    rows = R.medians(client_curve())
+    # microagent: (5.7/min, 4 s), (11.4/min, 5 s): 4.5 s is half way
+    assert abs(R.throughput_at_p95(rows, "microagent", 4.5) - (5.7 + 11.4) / 2) < 1e-9  # type: ignore[operator]
+
+
+def rec(at: float, done: float, prompt: list[int], out: list[int], cached: int) -> RequestRecord:
+    return RequestRecord(at, done, tuple(prompt), tuple(out), cached)
+
+
+def test_recomputed_counts_only_what_an_earlier_request_had_computed() -> None:
+    ctx = list(range(300))  # two whole blocks of 128 + 44
+    first = rec(0, 1, ctx, [1000, 1001], 0)  # nothing before it: nothing reusable
+    second = rec(2, 3, [*ctx, 7, 8], [5], 256)  # both blocks hit
+    third = rec(4, 5, [*ctx, 9], [5], 128)  # one block was evicted in between
+    scored = prefill([third, first, second])  # order of the records is irrelevant
+    assert scored.prompt_tokens == 300 + 302 + 301
+    assert scored.computed_tokens == 300 + (302 - 256) + (301 - 128)
+    assert scored.reusable_tokens == 0 + 256 + 256
+    assert scored.recomputed_tokens == 128
+
+
+def test_an_output_and_a_prompt_count_only_once_their_request_finished() -> None:
+    ctx = list(range(100))
+    out = list(range(1000, 1200))
+    thread = [*ctx, *out[:-1]]  # 299 tokens: two whole blocks
+    running = rec(0, 10, ctx, out, 0)
+    during = rec(5, 6, [*thread, 1], [], 0)  # submitted before the output existed
+    after = rec(11, 12, [*thread, 1], [], 0)
+    assert prefill([running, during]).reusable_tokens == 0  # 100 shared: no whole block
+    assert prefill([running, after]).reusable_tokens == 256
+    assert prefill([running, after]).recomputed_tokens == 256
+    twin = rec(1, 10, [*ctx, *ctx, 5], [], 0)  # concurrent cold twins: duplicated, not evicted
+    assert prefill([rec(0, 10, [*ctx, *ctx, 4], [], 0), twin]).recomputed_tokens == 0
 
 
 def test_the_benchmarks_section_is_replaced_not_duplicated(tmp_path: Path) -> None:
@@ -78,3 +150,27 @@ def test_the_benchmarks_section_is_replaced_not_duplicated(tmp_path: Path) -> No
     R.update_benchmarks(doc, "second\n", "x.png")
     text = doc.read_text()
     assert text.count(R.BEGIN) == 1 and "second" in text and "first" not in text
+
+
+def test_a_supplementary_run_adds_its_rates_and_says_so() -> None:
+    more = {
+        "settings": {**DATA["settings"], "rates_per_min": [12], "systems": ["client"], "reps": 1},
+        "machine": {"cpus": 2, "loadavg_at_start": 0.3, "seconds": 5},
+        "runs": [run("client", 12, 0, 7.0, 10)],
+    }
+    first = {**DATA, "settings": {**DATA["settings"], "rates_per_min": [6]}}
+    merged = R.merge(first, more)
+    assert merged["settings"]["rates_per_min"] == [6, 12] and len(merged["runs"]) == 5
+    assert "Supplementary run (`--append`) at 12/min, client, 1 repetition(s)" in R.tables(merged)
+    other_cache = {**more, "settings": {**more["settings"], "kv_blocks": 80}}
+    with pytest.raises(ValueError, match="same engine settings"):
+        R.merge(first, other_cache)
+
+
+def test_a_target_nobody_was_tested_on_is_not_counted_as_met() -> None:
+    data = client_curve()
+    for row in data["runs"]:  # type: ignore[union-attr]
+        row["recomputed_tokens"] = 0
+    goals = R.targets(R.medians(data))
+    assert goals[1]["met"] is None and "not a test" in goals[1]["text"]
+    assert "| n/a |" in R.tables(data)
