@@ -136,7 +136,7 @@ def plan(config: AutoConfig, agents: Sequence[AgentSpec], *, distinct_first: boo
             )
             return Plan("vote", why, Vote(), VoteConfig(**shared, **options), options)
         calibrated = n >= k
-        options: dict[str, Any] = {
+        options = {
             "style": "direct",
             "debias": "labels",
             "soft": True,
