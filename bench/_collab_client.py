@@ -20,6 +20,7 @@ from typing import Any
 
 import _collab_prompts as P
 from _collab_tasks import extract_choice, majority
+from _load_accounting import RequestRecord
 
 
 @dataclass
@@ -66,6 +67,47 @@ class Caller:
 
 
 Call = Callable[..., Awaitable[str]]
+
+
+@dataclass
+class RecordingCaller(Caller):
+    """``Caller`` that also keeps each request's token ids and cached prompt tokens."""
+
+    records: list[RequestRecord] = field(default_factory=list)
+
+    async def call(
+        self,
+        messages: list[P.Message],
+        *,
+        max_tokens: int,
+        temperature: float,
+        choices: list[str] | None = None,
+    ) -> str:
+        extra: dict[str, Any] = {"return_token_ids": True}
+        if choices:
+            extra["structured_outputs"] = {"choice": choices}
+        t0 = time.monotonic()
+        resp = await self.client.chat.completions.create(
+            model=self.model,
+            messages=messages,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=1.0,
+            extra_body=extra,
+        )
+        t1 = time.monotonic()
+        body = resp.model_dump()
+        details = (body.get("usage") or {}).get("prompt_tokens_details") or {}
+        self.records.append(
+            RequestRecord(
+                submitted=t0,
+                finished=t1,
+                prompt=tuple(body.get("prompt_token_ids") or ()),
+                output=tuple(body["choices"][0].get("token_ids") or ()),
+                cached=int(details.get("cached_tokens") or 0),
+            )
+        )
+        return str(resp.choices[0].message.content or "")
 
 
 async def vote(

@@ -213,5 +213,48 @@ async def main(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def load(job: dict[str, Any]) -> dict[str, Any]:
+    """``bench/load.py``'s open-loop schedule as LangGraph graphs: every collaboration
+    launched at its arrival time, every request recorded (token ids, cached tokens)."""
+    from importlib.metadata import version
+
+    from openai import AsyncOpenAI
+
+    P.SYSTEM = job.get("system")
+    # the SDK's default retries: a keep-alive connection the server closed is retried
+    client = AsyncOpenAI(base_url=job["base_url"], api_key="none", max_retries=2, timeout=600)
+    caller = C.RecordingCaller(client, job["model"])
+    latencies: list[float] = []
+    failures: list[str] = []
+    t0 = time.monotonic()
+
+    async def launch(at: float, workload: dict[str, Any], ctx: str) -> None:
+        await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
+        start = time.monotonic()
+        try:
+            graph = build(workload, ctx, job["choices"], caller)
+            await graph.ainvoke({"outputs": [], "round2": []}, {"recursion_limit": 50})
+            latencies.append(time.monotonic() - start)
+        except Exception as exc:  # counted and reported, never hidden
+            failures.append(f"{type(exc).__name__}: {exc}")
+
+    await asyncio.gather(*(launch(*item) for item in job["schedule"]))
+    wall = time.monotonic() - t0
+    await client.close()
+    records = [
+        [r.submitted, r.finished, list(r.prompt), list(r.output), r.cached] for r in caller.records
+    ]
+    return {
+        "latencies": latencies,
+        "failures": failures,
+        "wall": wall,
+        "records": records,
+        "langgraph": version("langgraph"),
+    }
+
+
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(json.loads(sys.argv[1])))))
+    # the job as the argument, or on stdin ("-": a load schedule is too long for argv)
+    job = json.loads(sys.stdin.read() if sys.argv[1] == "-" else sys.argv[1])
+    run = load if job.get("mode") == "load" else main
+    print(json.dumps(asyncio.run(run(job))))

@@ -183,7 +183,7 @@ def tables(data: dict[str, Any]) -> str:
             "minus cached, the same quantity), and its recomputed tokens cannot be scored "
             "like the others (the server's own counter, a different definition, is in the JSON).",
         ]
-    for base in ("client", "ablation"):
+    for base in ("client", "langgraph", "ablation"):
         if base not in systems or "microagent" not in systems:
             continue
         lines += [

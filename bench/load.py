@@ -14,6 +14,9 @@ paired (the same arrival times and contexts):
   caching on and vLLM's own scheduling;
 * ``microagent-http``: ``microagent serve``, one OpenAI-SDK call per
   collaboration (HTTP in, everything in-engine);
+* ``langgraph``: the same graphs built with the real ``langgraph`` package
+  (``bench/_collab_peer.py`` in ``bench/.venv-peers``, created on first use),
+  each role one OpenAI-SDK call, against its own ``vllm serve``;
 * ablations on request: ``ablation`` (in-process, vLLM's LRU cache and the
   modes' critical-path priorities only), ``in-engine-fcfs`` (in-process,
   vLLM's LRU cache and first-come-first-served requests: no priorities),
@@ -47,7 +50,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +78,7 @@ WORKLOADS: dict[str, dict[str, Any]] = {
 COMMON = {"max_tokens": 40, "answer_tokens": 4, "temperature": 0.7}
 ENGINE = {"max_num_seqs": 8, "max_model_len": 4096, "max_num_batched_tokens": 2048}
 IN_PROCESS = ("microagent", "ablation", "retention-only", "scheduling-only", "in-engine-fcfs")
-SYSTEMS = (*IN_PROCESS, "microagent-http", "client")
+SYSTEMS = (*IN_PROCESS, "microagent-http", "client", "langgraph")
 
 
 def context_text(seed: int, words: int) -> str:
@@ -129,48 +131,7 @@ async def one(bridge: Any, kind: str, context: str, policy: Any) -> None:
         await collaborate(bridge, "aggregate", messages, specs, **common)
 
 
-@dataclass
-class RecordingCaller(C.Caller):
-    """``Caller`` that also keeps each request's token ids and cached prompt tokens."""
-
-    records: list[RequestRecord] = field(default_factory=list)
-
-    async def call(
-        self,
-        messages: list[C.P.Message],
-        *,
-        max_tokens: int,
-        temperature: float,
-        choices: list[str] | None = None,
-    ) -> str:
-        extra: dict[str, Any] = {"return_token_ids": True}
-        if choices:
-            extra["structured_outputs"] = {"choice": choices}
-        t0 = time.monotonic()
-        resp = await self.client.chat.completions.create(
-            model=self.model,
-            messages=messages,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=1.0,
-            extra_body=extra,
-        )
-        t1 = time.monotonic()
-        body = resp.model_dump()
-        details = (body.get("usage") or {}).get("prompt_tokens_details") or {}
-        self.records.append(
-            RequestRecord(
-                submitted=t0,
-                finished=t1,
-                prompt=tuple(body.get("prompt_token_ids") or ()),
-                output=tuple(body["choices"][0].get("token_ids") or ()),
-                cached=int(details.get("cached_tokens") or 0),
-            )
-        )
-        return str(resp.choices[0].message.content or "")
-
-
-async def one_client(caller: RecordingCaller, kind: str, context: str) -> None:
+async def one_client(caller: C.RecordingCaller, kind: str, context: str) -> None:
     """One collaboration as client code: every role its own HTTP call."""
     await C.run_workload(caller, {**WORKLOADS[kind], **COMMON}, context, CHOICES)
 
@@ -240,7 +201,7 @@ class Client:
     def __init__(self, blocks: int, port: int) -> None:
         self.blocks, self.port = blocks, port
         self.server: Any = None
-        self.caller: RecordingCaller | None = None
+        self.caller: C.RecordingCaller | None = None
 
     async def open(self) -> None:
         import microagent
@@ -251,7 +212,7 @@ class Client:
             microagent.resolve_model("default"),
             self.port,
             prefix_caching=True,
-            log=RESULTS / "load-server.log.tmp",
+            log=RESULTS / f"load-{self.name}.log.tmp",
             extra_args=[
                 "--max-num-seqs", str(ENGINE["max_num_seqs"]),
                 "--max-model-len", str(ENGINE["max_model_len"]),
@@ -263,7 +224,7 @@ class Client:
         await asyncio.to_thread(self.server.wait_healthy)
         # the SDK's default retries: a keep-alive connection the server closed is retried
         client = AsyncOpenAI(base_url=self.server.base_url, api_key="unused", max_retries=2)
-        self.caller = RecordingCaller(client, SERVED_NAME)
+        self.caller = C.RecordingCaller(client, SERVED_NAME)
 
     async def close(self) -> None:
         if self.caller is not None:
@@ -285,6 +246,65 @@ class Client:
         metrics = await asyncio.to_thread(self.server.metrics)
         return {
             "records": self.caller.records[mark["since"] :],
+            "preemptions": _preemptions(metrics) - mark["preemptions"],
+            "retained_hit_tokens": 0,
+            "released": {},
+        }
+
+
+class LangGraph(Client):
+    """The same collaborations as graphs of the real ``langgraph`` package (its own venv,
+    ``bench/.venv-peers``), each role one OpenAI-SDK call, against its own ``vllm serve``."""
+
+    name = "langgraph"
+
+    async def open(self) -> None:
+        import collab as B  # ensure_peers_venv: one place creates the peers' venv
+
+        self.version = await asyncio.to_thread(B.ensure_peers_venv)
+        await super().open()
+
+    async def run_schedule(self, schedule: list[tuple[float, str, str]]) -> dict[str, Any]:
+        """Run the whole schedule in the peer process (one event loop, like the client)."""
+        from _collab_engines import SERVED_NAME
+
+        assert self.server is not None
+        job = {
+            "mode": "load",
+            "system": C.P.SYSTEM,
+            "base_url": self.server.base_url,
+            "model": SERVED_NAME,
+            "choices": CHOICES,
+            "schedule": [(at, {**WORKLOADS[kind], **COMMON}, ctx) for at, kind, ctx in schedule],
+        }
+        peer = HERE / ".venv-peers" / "bin" / "python"
+        proc = await asyncio.create_subprocess_exec(
+            str(peer), str(HERE / "_collab_peer.py"), "-", cwd=str(HERE),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await proc.communicate(json.dumps(job).encode())
+        if proc.returncode != 0:
+            raise RuntimeError(f"langgraph peer failed: {err.decode()[-2000:]}")
+        result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+        for failure in result["failures"]:
+            print(f"  failed: {failure}", flush=True)
+        self._records = [
+            RequestRecord(at, done, tuple(prompt), tuple(output), cached)
+            for at, done, prompt, output, cached in result["records"]
+        ]
+        return result
+
+    async def mark(self) -> dict[str, Any]:
+        assert self.server is not None
+        metrics = await asyncio.to_thread(self.server.metrics)
+        return {"preemptions": _preemptions(metrics)}
+
+    async def measure(self, mark: dict[str, Any]) -> dict[str, Any]:
+        assert self.server is not None
+        metrics = await asyncio.to_thread(self.server.metrics)
+        return {
+            "records": self._records,
             "preemptions": _preemptions(metrics) - mark["preemptions"],
             "retained_hit_tokens": 0,
             "released": {},
@@ -431,6 +451,9 @@ def _preemptions(metrics: dict[str, float]) -> int:
 async def run_config(system: Any, schedule: list[tuple[float, str, str]]) -> dict[str, Any]:
     """Launch ``schedule`` (arrival offset, workload, context) open-loop on ``system``."""
     mark = await system.mark()
+    if hasattr(system, "run_schedule"):  # a peer process runs the whole schedule itself
+        done = await system.run_schedule(schedule)
+        return await _result(system, mark, done["latencies"], len(done["failures"]), done["wall"])
     latencies: list[float] = []
     failures = 0
     t0 = time.monotonic()
@@ -447,7 +470,13 @@ async def run_config(system: Any, schedule: list[tuple[float, str, str]]) -> dic
             print(f"  failed: {type(exc).__name__}: {exc}", flush=True)
 
     await asyncio.gather(*(launch(*item) for item in schedule))
-    wall = time.monotonic() - t0
+    return await _result(system, mark, latencies, failures, time.monotonic() - t0)
+
+
+async def _result(
+    system: Any, mark: dict[str, Any], latencies: list[float], failures: int, wall: float
+) -> dict[str, Any]:
+    """One run's measures: latencies, throughput, and the prefill scored from its records."""
     measured = await system.measure(mark)
     scored = prefill(measured.pop("records"))
     own = {k: measured.pop(k) for k in list(measured) if k.endswith("_tokens")}
@@ -485,6 +514,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             systems[name] = Client(args.blocks, args.port)
         elif name == "microagent-http":
             systems[name] = Http(args.blocks, args.port + 1)
+        elif name == "langgraph":
+            systems[name] = LangGraph(args.blocks, args.port + 2)
         else:
             retention, policy = variants[name]
             fcfs = name == "in-engine-fcfs"  # vLLM's own order: no priorities at all

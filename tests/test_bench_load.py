@@ -174,3 +174,28 @@ def test_a_target_nobody_was_tested_on_is_not_counted_as_met() -> None:
     goals = R.targets(R.medians(data))
     assert goals[1]["met"] is None and "not a test" in goals[1]["text"]
     assert "| n/a |" in R.tables(data)
+
+
+def test_a_peer_that_runs_the_whole_schedule_is_scored_like_the_others() -> None:
+    """The LangGraph path: the peer reports latencies, failures and records; run_config
+    scores them with the same function as every other system."""
+    import asyncio
+
+    ctx = list(range(300))
+
+    class Peer:
+        async def mark(self) -> dict[str, object]:
+            return {}
+
+        async def run_schedule(self, schedule: list[tuple[float, str, str]]) -> dict[str, object]:
+            assert [kind for _, kind, _ in schedule] == ["vote5-reason", "debate3x2"]
+            return {"latencies": [2.0, 4.0], "failures": ["ConnectionError: x"], "wall": 6.0}
+
+        async def measure(self, mark: dict[str, object]) -> dict[str, object]:
+            records = [rec(0, 1, ctx, [1], 0), rec(2, 3, [*ctx, 5], [1], 128)]
+            return {"records": records, "preemptions": 0, "retained_hit_tokens": 0, "released": {}}
+
+    schedule = [(0.0, "vote5-reason", "a"), (1.0, "debate3x2", "b")]
+    result = asyncio.run(L.run_config(Peer(), schedule))
+    assert result["completed"] == 2 and result["failed"] == 1 and result["per_min"] == 20.0
+    assert result["recomputed_tokens"] == 128 and result["computed_tokens"] == 300 + 301 - 128
