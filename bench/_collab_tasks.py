@@ -255,7 +255,7 @@ def ideal_prefill(
     seen: list[Sequence[int]] = []
     total = 0
     for prompt, output in requests:
-        shared = max((_lcp(prompt, s) for s in seen), default=0)
+        shared = max((common_prefix(prompt, s) for s in seen), default=0)
         shared = min(shared, len(prompt) - 1) // block * block if prompt else 0
         total += len(prompt) - shared
         seen.append(prompt)
@@ -264,7 +264,8 @@ def ideal_prefill(
     return total
 
 
-def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from _collab_tasks import common_prefix
+
 BLOCK = 128
 
 
@@ -43,14 +45,6 @@ class Prefill:
     recomputed_tokens: int
 
 
-def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 def prefill(records: Sequence[RequestRecord], block: int = BLOCK) -> Prefill:
     """Score a run's requests (see the module docstring); order of ``records`` is irrelevant."""
     ordered = sorted(records, key=lambda r: r.submitted)
@@ -59,7 +53,7 @@ def prefill(records: Sequence[RequestRecord], block: int = BLOCK) -> Prefill:
         done = [e for e in ordered[:i] if e.finished <= r.submitted]
         seen: list[Sequence[int]] = [e.prompt for e in done]
         seen += [(*e.prompt, *e.output[:-1]) for e in done]
-        shared = max((_lcp(r.prompt, s) for s in seen), default=0)
+        shared = max((common_prefix(r.prompt, s) for s in seen), default=0)
         could = min(shared, len(r.prompt) - 1) // block * block if r.prompt else 0
         prompt_tokens += len(r.prompt)
         computed += len(r.prompt) - r.cached

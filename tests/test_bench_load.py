@@ -199,3 +199,46 @@ def test_a_peer_that_runs_the_whole_schedule_is_scored_like_the_others() -> None
     result = asyncio.run(L.run_config(Peer(), schedule))
     assert result["completed"] == 2 and result["failed"] == 1 and result["per_min"] == 20.0
     assert result["recomputed_tokens"] == 128 and result["computed_tokens"] == 300 + 301 - 128
+
+
+def test_the_recording_caller_keeps_token_ids_cached_tokens_and_timings() -> None:
+    """What the client and LangGraph systems are scored from, read off vLLM's response."""
+    import asyncio
+    from types import SimpleNamespace
+
+    import _collab_client as C
+
+    sent: list[dict[str, object]] = []
+
+    class Completions:
+        async def create(self, **kwargs: object) -> object:
+            sent.append(kwargs)
+            body = {
+                "prompt_token_ids": [1, 2, 3],
+                "choices": [{"token_ids": [7, 8], "message": {"content": "yes"}}],
+                "usage": {"prompt_tokens_details": {"cached_tokens": 2}},
+            }
+            return SimpleNamespace(
+                model_dump=lambda: body,
+                usage=SimpleNamespace(prompt_tokens=3, completion_tokens=2),
+                choices=[SimpleNamespace(message=SimpleNamespace(content="yes"))],
+            )
+
+    client = SimpleNamespace(chat=SimpleNamespace(completions=Completions()))
+    caller = C.RecordingCaller(client, "bench")
+    text = asyncio.run(
+        caller.call(
+            [{"role": "user", "content": "q"}], max_tokens=4, temperature=0.0, choices=["yes", "no"]
+        )
+    )
+    assert text == "yes"
+    assert sent[0]["extra_body"] == {
+        "return_token_ids": True,
+        "structured_outputs": {"choice": ["yes", "no"]},
+    }
+    (record,) = caller.records
+    assert (record.prompt, record.output, record.cached) == ((1, 2, 3), (7, 8), 2)
+    assert record.submitted <= record.finished and caller.requests[0]["prompt_tokens"] == 3
+    plain = C.Caller(client, "bench")
+    asyncio.run(plain.call([{"role": "user", "content": "q"}], max_tokens=4, temperature=0.0))
+    assert sent[1]["extra_body"] is None  # the plain client sends nothing extra
