@@ -101,7 +101,7 @@ def test_python_cascade_local_drafts_remote_verifies(
     )
     d = outcome.details
     assert d["escalated"] is True and d["retokenized"] is True
-    assert d["verdict"] in ("accepted", "rewritten")
+    assert d["verdict"] in ("accepted", "rewritten", "answered")  # answered: drafts named none
     assert outcome.usage_by_model["big"].requests == 1
     by_model = {k: v.to_dict() for k, v in outcome.usage_by_model.items()}
     check_remote_usage(by_model, local.model, delta)

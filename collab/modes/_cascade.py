@@ -76,6 +76,9 @@ class Cascade(CollaborationOp[CascadeConfig]):
         agree = all_agree(answers) or (len(answers) == 1 and config.verify != "always")
         choices = ctx.choices
         winner = majority([answers[n] for n in ordered], choices)
+        unnamed = bool(choices) and not winner  # no draft named a choice: nothing to keep
+        if unnamed:
+            agree = False
         best = next(n for n in ordered if answers[n] == winner) if winner else ordered[0]
         kept = winner if choices else drafts[best].content
         details: dict[str, object] = {"drafts": {n: drafts[n].content for n in ordered}}
@@ -100,7 +103,13 @@ class Cascade(CollaborationOp[CascadeConfig]):
             parts.append(
                 ctx.transfer(result.output, bridge) if same_tokens else drafts[name].content
             )
-        instructions = "\n" + (verifier_spec.instructions or VERIFY_PROMPT)
+        if unnamed:
+            named = ", ".join(choices)
+            instructions = (
+                f"\nNone of the drafts names one of: {named}. Reply with the correct one only."
+            )
+        else:
+            instructions = "\n" + (verifier_spec.instructions or VERIFY_PROMPT)
         prompt = ctx.prompt(verifier_spec, parts=parts, instructions=instructions)
         sampling = ctx.sampling(verifier_spec, temperature=0.0)
         done = await ctx.turn(
@@ -109,6 +118,12 @@ class Cascade(CollaborationOp[CascadeConfig]):
         if done.result is None:
             raise ctx.failure("the verifier produced nothing")
         text = done.content
+        if unnamed:
+            details["verdict"] = "answered"
+            answer = ctx.normalize(text)
+            if not answer:
+                raise ctx.failure("neither a draft nor the verifier named one of the choices")
+            return ModeResult(answer=answer, details=details)
         if ACCEPT.lower() in text.lower()[: len(ACCEPT) + 8]:
             details["verdict"] = "accepted"
             return ModeResult(answer=kept, details=details)
