@@ -104,7 +104,7 @@ class Cascade(CollaborationOp[CascadeConfig]):
                 ctx.transfer(result.output, bridge) if same_tokens else drafts[name].content
             )
         if unnamed:
-            named = ", ".join(choices)
+            named = ", ".join(choices or ())
             instructions = (
                 f"\nNone of the drafts names one of: {named}. Reply with the correct one only."
             )
