@@ -12,12 +12,14 @@ Runs in the main virtual environment and in the peers' one (openai only).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import _collab_prompts as P
+from _collab_tasks import extract_choice, majority
 from _load_accounting import RequestRecord
 
 
@@ -94,3 +96,146 @@ class RecordingCaller(Caller):
                 cached=int(details.get("cached_tokens") or 0),
             )
         )
+
+
+async def vote(
+    call: Call, ctx: str, n: int, choices: list[str], style: str, cfg: dict[str, Any]
+) -> dict[str, Any]:
+    """n voters, every one to the end, then the majority (microagent's tie rule)."""
+    instr = P.vote_instructions(choices, style)
+    base = [*P.context(ctx), P.user(instr)]
+
+    async def one() -> str:
+        if style == "direct":
+            return await call(
+                base,
+                max_tokens=cfg["answer_tokens"],
+                temperature=cfg["temperature"],
+                choices=choices,
+            )
+        reasoning = await call(base, max_tokens=cfg["max_tokens"], temperature=cfg["temperature"])
+        msgs = [*base, P.assistant(reasoning), P.user(P.answer_cue(choices))]
+        return await call(
+            msgs, max_tokens=cfg["answer_tokens"], temperature=cfg["temperature"], choices=choices
+        )
+
+    outs = await asyncio.gather(*(one() for _ in range(n)))
+    answers = [extract_choice(o, choices) for o in outs]
+    return {"answer": majority(answers, choices), "answers": answers}
+
+
+def debate_round1(ctx: str) -> list[P.Message]:
+    return [*P.context(ctx), P.user(P.FIRST_PROMPT)]
+
+
+def debate_round2(ctx: str, own: str, others: list[tuple[str, str]]) -> list[P.Message]:
+    parts = [(f"\nAgent {name}: ", text) for name, text in others]
+    return [*debate_round1(ctx), P.assistant(own), P.user(P.spliced(parts, P.DEBATE_PROMPT))]
+
+
+async def debate(
+    call: Call, ctx: str, agents: int, rounds: int, choices: list[str], cfg: dict[str, Any]
+) -> dict[str, Any]:
+    """Every agent answers, then answers again having read the others' answers (no early stop)."""
+    names = [f"debater-{i}" for i in range(1, agents + 1)]
+    kw = {"max_tokens": cfg["max_tokens"], "temperature": cfg["temperature"]}
+    latest = dict(
+        zip(
+            names,
+            await asyncio.gather(*(call(debate_round1(ctx), **kw) for _ in names)),
+            strict=True,
+        )
+    )
+    for _ in range(2, rounds + 1):
+        prev = dict(latest)
+        outs = await asyncio.gather(
+            *(
+                call(
+                    debate_round2(ctx, prev[n], [(o, prev[o]) for o in sorted(prev) if o != n]),
+                    **kw,
+                )
+                for n in names
+            )
+        )
+        latest = dict(zip(names, outs, strict=True))
+    answers = [extract_choice(latest[n], choices) for n in names]
+    return {"answer": majority(answers, choices), "answers": answers}
+
+
+def aggregate_prompt(ctx: str, proposals: list[str]) -> list[P.Message]:
+    parts = [(f"\nProposal from proposer-{i}: ", p) for i, p in enumerate(proposals[1:], 2)]
+    return [
+        *P.context(ctx),
+        P.assistant(proposals[0]),
+        P.user(P.spliced(parts, "\n" + P.AGGREGATE_PROMPT)),
+    ]
+
+
+async def aggregate(call: Call, ctx: str, proposers: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    """N proposals in parallel, then one aggregator (greedy) reading them as text."""
+    props = await asyncio.gather(
+        *(
+            call(P.context(ctx), max_tokens=cfg["max_tokens"], temperature=cfg["temperature"])
+            for _ in range(proposers)
+        )
+    )
+    final = await call(
+        aggregate_prompt(ctx, list(props)), max_tokens=cfg["max_tokens"], temperature=0.0
+    )
+    return {"answer": P.clean(final)}
+
+
+def format_validator(choices: list[str]) -> Callable[[str], str | None]:
+    """The reflect workload's validator: the answer must end with 'Answer: <a choice>'."""
+
+    def validate(text: str) -> str | None:
+        lines = [ln.strip() for ln in P.clean(text).splitlines() if ln.strip()]
+        if not lines or not lines[-1].lower().startswith("answer:"):
+            return "the last line must be 'Answer: <your answer>'"
+        if not extract_choice(lines[-1], choices):
+            return f"the answer must be one of: {', '.join(choices)}"
+        return None
+
+    return validate
+
+
+async def reflect(
+    call: Call, ctx: str, rounds: int, choices: list[str], cfg: dict[str, Any]
+) -> dict[str, Any]:
+    """Draft, validate, critique, revise (microagent's reflect control flow, as client code)."""
+    validate = format_validator(choices)
+    kw = {"max_tokens": cfg["max_tokens"], "temperature": cfg["temperature"]}
+    thread = [*P.context(ctx), P.user(P.FIRST_PROMPT)]
+    draft = await call(thread, **kw)
+    for r in range(1, rounds + 1):
+        error = validate(draft)
+        if error is None:
+            break
+        thread = [
+            *thread,
+            P.assistant(draft),
+            P.user(f"A validator rejected the answer: {error}\n{P.CRITIC_PROMPT}"),
+        ]
+        critique = await call(thread, max_tokens=cfg["max_tokens"], temperature=0.0)
+        if r == rounds:
+            break
+        thread = [*thread, P.assistant(critique), P.user(P.REVISE_PROMPT)]
+        draft = await call(thread, **kw)
+    return {"answer": P.clean(draft), "valid": validate(draft) is None}
+
+
+async def run_workload(
+    caller: Caller, workload: dict[str, Any], ctx: str, choices: list[str]
+) -> dict[str, Any]:
+    """Run one workload (a dict from ``collab.WORKLOADS``) with plain client code."""
+    kind, cfg = workload["kind"], workload
+    call = caller.call
+    if kind == "vote":
+        return await vote(call, ctx, cfg["n"], choices, cfg["style"], cfg)
+    if kind == "debate":
+        return await debate(call, ctx, cfg["agents"], cfg["rounds"], choices, cfg)
+    if kind == "aggregate":
+        return await aggregate(call, ctx, cfg["proposers"], cfg)
+    if kind == "reflect":
+        return await reflect(call, ctx, cfg["rounds"], choices, cfg)
+    raise ValueError(f"unknown workload kind {kind!r}")

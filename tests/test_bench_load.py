@@ -242,3 +242,24 @@ def test_the_recording_caller_keeps_token_ids_cached_tokens_and_timings() -> Non
     plain = C.Caller(client, "bench")
     asyncio.run(plain.call([{"role": "user", "content": "q"}], max_tokens=4, temperature=0.0))
     assert sent[1]["extra_body"] is None  # the plain client sends nothing extra
+
+
+def test_the_client_runs_every_load_workload_with_one_call_per_role() -> None:
+    """The client side of the load mix, on a fake SDK call: the calls each role makes."""
+    import asyncio
+
+    import _collab_client as C
+
+    class Fake:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def call(self, messages: list[object], **kwargs: object) -> str:
+            self.calls += 1
+            return "Answer: yes"
+
+    expected = {"vote5-reason": 10, "debate3x2": 6, "aggregate3+1": 4}  # reason + answer each
+    for kind, calls in expected.items():
+        fake = Fake()
+        asyncio.run(C.run_workload(fake, {**L.WORKLOADS[kind], **L.COMMON}, "ctx", L.CHOICES))  # type: ignore[arg-type]
+        assert fake.calls == calls, kind
