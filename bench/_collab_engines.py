@@ -122,25 +122,12 @@ class Server:
         )
 
     def wait_healthy(self, timeout: float = 600.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"vLLM server exited with {self.proc.returncode}; see {self.log}"
-                )
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        self.start_seconds = time.monotonic() - self._t0
-                        return
-            except OSError:
-                pass
-            time.sleep(1.0)
-        raise TimeoutError(f"vLLM server not healthy after {timeout} s; see {self.log}")
+        url = f"http://127.0.0.1:{self.port}"
+        wait_healthy(url, self.proc, "vLLM server", self.log, timeout)
+        self.start_seconds = time.monotonic() - self._t0
 
     def metrics(self) -> dict[str, float]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
-            return parse_metrics(r.read().decode())
+        return fetch_metrics(f"http://127.0.0.1:{self.port}")
 
     def reset_prefix_cache(self) -> None:
         req = urllib.request.Request(
@@ -178,9 +165,33 @@ METRICS = (
 )
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    """Sum of each counter of ``METRICS`` over its label sets, from Prometheus text."""
-    out = dict.fromkeys(METRICS, 0.0)
+def wait_healthy(
+    url: str, proc: subprocess.Popen[Any], what: str, log: Path, timeout: float = 600.0
+) -> None:
+    """Until ``url/health`` answers 200; an error when ``proc`` exits first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}; see {log}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1.0)
+    raise TimeoutError(f"{what} not healthy after {timeout} s; see {log}")
+
+
+def fetch_metrics(url: str, names: Sequence[str] = METRICS) -> dict[str, float]:
+    """``parse_metrics`` of the server's ``url/metrics``."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
+        return parse_metrics(r.read().decode(), names)
+
+
+def parse_metrics(text: str, names: Sequence[str] = METRICS) -> dict[str, float]:
+    """Sum of each counter of ``names`` over its label sets, from Prometheus text."""
+    out = dict.fromkeys(names, 0.0)
     for line in text.splitlines():
         m = _SAMPLE.match(line.strip())
         if m and m.group(1) in out:

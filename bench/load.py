@@ -49,7 +49,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -289,26 +288,21 @@ class LangGraph(Client):
         result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
         for failure in result["failures"]:
             print(f"  failed: {failure}", flush=True)
-        self._records = [
+        assert self.caller is not None  # the peer's requests join the client's records
+        self.caller.records += [
             RequestRecord(at, done, tuple(prompt), tuple(output), cached)
             for at, done, prompt, output, cached in result["records"]
         ]
         return result
 
-    async def mark(self) -> dict[str, Any]:
-        assert self.server is not None
-        metrics = await asyncio.to_thread(self.server.metrics)
-        return {"preemptions": _preemptions(metrics)}
 
-    async def measure(self, mark: dict[str, Any]) -> dict[str, Any]:
-        assert self.server is not None
-        metrics = await asyncio.to_thread(self.server.metrics)
-        return {
-            "records": self._records,
-            "preemptions": _preemptions(metrics) - mark["preemptions"],
-            "retained_hit_tokens": 0,
-            "released": {},
-        }
+#: The server's own counters the ``microagent-http`` system reads (``/metrics``).
+HTTP_METRICS = (
+    "microagent_prompt_tokens_total",
+    "microagent_cached_tokens_total",
+    "microagent_engine_recomputed_tokens_total",
+    "microagent_engine_retained_hit_tokens_total",
+)
 
 
 def http_body(kind: str) -> dict[str, Any]:
@@ -362,9 +356,12 @@ class Http:
             "--max-num-batched-tokens", str(ENGINE["max_num_batched_tokens"]),
             "--engine-arg", f"num_gpu_blocks_override={self.blocks}",
         ]  # fmt: skip
-        self.proc = await asyncio.to_thread(_start, command, RESULTS / "load-microagent.log.tmp")
+        from _collab_engines import wait_healthy
+
+        log = RESULTS / "load-microagent.log.tmp"
+        self.proc = await asyncio.to_thread(_start, command, log)
         url = f"http://127.0.0.1:{self.port}"
-        await asyncio.to_thread(_wait_healthy, url, self.proc)
+        await asyncio.to_thread(wait_healthy, url, self.proc, "microagent serve", log)
         self.client = AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=2)
 
     async def close(self) -> None:
@@ -388,13 +385,9 @@ class Http:
         )
 
     async def _metrics(self) -> dict[str, float]:
-        text = await asyncio.to_thread(_get, f"http://127.0.0.1:{self.port}/metrics")
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name = line.split("{", 1)[0].split(" ", 1)[0]
-                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-        return out
+        from _collab_engines import fetch_metrics
+
+        return await asyncio.to_thread(fetch_metrics, f"http://127.0.0.1:{self.port}", HTTP_METRICS)
 
     async def mark(self) -> dict[str, Any]:
         return {"metrics": await self._metrics()}
@@ -403,7 +396,7 @@ class Http:
         after, before = await self._metrics(), mark["metrics"]
 
         def delta(name: str) -> int:
-            return int(after.get(name, 0.0) - before.get(name, 0.0))
+            return int(after[name] - before[name])
 
         prompt = delta("microagent_prompt_tokens_total")
         return {
@@ -415,7 +408,6 @@ class Http:
             "retained_hit_tokens": delta("microagent_engine_retained_hit_tokens_total"),
             "preemptions": None,
             "released": {},
-            "own_counters": True,
         }
 
 
@@ -425,23 +417,6 @@ def _start(command: list[str], log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, cwd="/", start_new_session=True
         )
-
-
-def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return str(r.read().decode())
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 600.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"microagent serve exited with {proc.returncode}")
-        with contextlib.suppress(OSError):
-            _get(f"{url}/health")
-            return
-        time.sleep(1.0)
-    raise TimeoutError(f"microagent serve not healthy after {timeout} s")
 
 
 def _preemptions(metrics: dict[str, float]) -> int:

@@ -359,10 +359,13 @@ class ScriptedEngine(EngineBridge):
             fits = self._fits(hashes[:hits], need)
             if running < self.max_num_seqs and fits:
                 break
-            floor = self._retention.admission_floor(
-                st.request.priority, anyio.current_time() - queued, running
-            )
-            if not fits and self._make_room(hashes[:hits], need, floor):
+            if not fits and self._make_room(
+                hashes[:hits],
+                need,
+                self._retention.admission_floor(
+                    st.request.priority, anyio.current_time() - queued, running
+                ),
+            ):
                 continue  # retentions were released to admit it (never waits forever for one)
             await self._pause(st, event=self._pool_event())
         st.state = "running"
