@@ -235,30 +235,48 @@ async def test_cascade_escalates_only_on_disagreement() -> None:
 
 async def test_cascade_never_keeps_drafts_that_name_no_choice() -> None:
     """Two drafts that agree on naming no choice are not an answer: the verifier is asked
-    for one of the choices, and when it names none either the collaboration fails."""
+    for one of the choices, held to them by the same constraint as a voter's answer step."""
     agents = [AgentSpec("drafter", count=2), AgentSpec("verifier", model="large", role="verifier")]
-    for reply, expected in (("It is yes.", "yes"), ("ACCEPT", None)):
-        async with (
-            ScriptedEngine(model="small", script=lambda p, r: "I am not sure.") as small,
-            ScriptedEngine(model="large", script=lambda p, r, reply=reply: reply) as large,
-        ):
-            run = collaborate(
-                small,
-                "cascade",
-                "Is 17 prime?",
-                agents,
-                engines={"large": large},
-                answer={"choices": ["yes", "no"]},
-            )
-            if expected is None:
-                with pytest.raises(CollaborationFailed, match="named one of the choices"):
-                    await run
-                continue
-            outcome = await run
-            assert outcome.details["escalated"] is True and outcome.details["verdict"] == "answered"
-            assert outcome.answer == expected
-            asked = large.detokenize(large.history[0].prompt.token_ids)
-            assert "None of the drafts names one of: yes, no" in asked
+    async with (
+        ScriptedEngine(model="small", script=lambda p, r: "I am not sure.") as small,
+        ScriptedEngine(model="large", script=lambda p, r: "yes") as large,
+    ):
+        outcome = await collaborate(
+            small,
+            "cascade",
+            "Is 17 prime?",
+            agents,
+            engines={"large": large},
+            answer={"choices": ["yes", "no"]},
+        )
+        assert outcome.details["escalated"] is True and outcome.details["verdict"] == "answered"
+        assert outcome.answer == "yes"
+        (asked,) = large.history
+        assert asked.sampling.choices == ("yes", "no")
+        assert "None of the drafts names one of: yes, no" in large.detokenize(
+            asked.prompt.token_ids
+        )
+
+
+async def test_cascade_verifier_of_agreeing_drafts_is_not_constrained() -> None:
+    """When the drafts named a choice the verifier replies freely (ACCEPT or a rewrite)."""
+    agents = [AgentSpec("drafter", count=2), AgentSpec("verifier", model="large", role="verifier")]
+    drafts = iter(["yes", "no"])
+    async with (
+        ScriptedEngine(model="small", script=lambda p, r: next(drafts)) as small,
+        ScriptedEngine(model="large", script=lambda p, r: "ACCEPT") as large,
+    ):
+        outcome = await collaborate(
+            small,
+            "cascade",
+            "Is 17 prime?",
+            agents,
+            engines={"large": large},
+            answer={"choices": ["yes", "no"]},
+        )
+        assert outcome.details["verdict"] == "accepted"
+        (asked,) = large.history
+        assert asked.sampling.choices is None
 
 
 @pytest.mark.parametrize(

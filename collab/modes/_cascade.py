@@ -111,7 +111,8 @@ class Cascade(CollaborationOp[CascadeConfig]):
         else:
             instructions = "\n" + (verifier_spec.instructions or VERIFY_PROMPT)
         prompt = ctx.prompt(verifier_spec, parts=parts, instructions=instructions)
-        sampling = ctx.sampling(verifier_spec, temperature=0.0)
+        # asked for a choice, the verifier is held to the choices (as a voter's answer step is)
+        sampling = ctx.sampling(verifier_spec, temperature=0.0, constrained=unnamed)
         done = await ctx.turn(
             verifier, Turn(prompt, sampling, label="verify", priority=-1, keep=False)
         )
