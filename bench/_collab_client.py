@@ -133,12 +133,21 @@ def debate_round2(ctx: str, own: str, others: list[tuple[str, str]]) -> list[P.M
     return [*debate_round1(ctx), P.assistant(own), P.user(P.spliced(parts, P.DEBATE_PROMPT))]
 
 
+def debate_transcript(ctx: str, rounds: list[dict[str, str]], agent: str) -> list[P.Message]:
+    """A later round in the shared-transcript layout: context, every answer so far, own turn."""
+    return [*P.context(ctx), P.user(P.transcript_turn(rounds, agent))]
+
+
 async def debate(
     call: Call, ctx: str, agents: int, rounds: int, choices: list[str], cfg: dict[str, Any]
 ) -> dict[str, Any]:
-    """Every agent answers, then answers again having read the others' answers (no early stop)."""
+    """Every agent answers, then answers again having read the others' answers (no early stop).
+
+    The layout is microagent's for the same workload (``cfg["layout"]``, default auto).
+    """
     names = [f"debater-{i}" for i in range(1, agents + 1)]
     kw = {"max_tokens": cfg["max_tokens"], "temperature": cfg["temperature"]}
+    layout = P.debate_layout(agents, cfg.get("layout", "auto"))
     latest = dict(
         zip(
             names,
@@ -146,18 +155,20 @@ async def debate(
             strict=True,
         )
     )
+    history = [latest]
     for _ in range(2, rounds + 1):
         prev = dict(latest)
-        outs = await asyncio.gather(
-            *(
-                call(
-                    debate_round2(ctx, prev[n], [(o, prev[o]) for o in sorted(prev) if o != n]),
-                    **kw,
-                )
-                for n in names
-            )
-        )
+
+        def messages(
+            n: str, prev: dict[str, str] = prev, history: list[dict[str, str]] = history
+        ) -> list[P.Message]:
+            if layout == "transcript":
+                return debate_transcript(ctx, history, n)
+            return debate_round2(ctx, prev[n], [(o, prev[o]) for o in sorted(prev) if o != n])
+
+        outs = await asyncio.gather(*(call(messages(n), **kw) for n in names))
         latest = dict(zip(names, outs, strict=True))
+        history = [*history, latest]
     answers = [extract_choice(latest[n], choices) for n in names]
     return {"answer": majority(answers, choices), "answers": answers}
 

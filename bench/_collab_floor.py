@@ -103,7 +103,12 @@ def plan(
         agents = workload["agents"]
         later = max(0, requests - agents)  # requests after round 1 (rounds >= 2)
         read = min(later, agents * (workload["rounds"] - 1))  # every round but the last
-        return (["debate_first", "debate_next"] if later else ["debate_first"]), read
+        if not later:
+            return ["debate_first"], read
+        # a result file without a layout predates the transcript: its debates ran threads
+        if P.debate_layout(agents, workload.get("layout", "threads")) == "transcript":
+            return ["debate_first", *(f"debate_own:{n}" for n in debater_names(agents))], read
+        return ["debate_first", "debate_next"], read
     if kind == "aggregate":
         proposals = min(requests, workload["proposers"])
         aggregated = requests > workload["proposers"]
@@ -114,9 +119,21 @@ def plan(
     raise ValueError(f"unknown workload kind {kind!r}")
 
 
+def debater_names(agents: int) -> list[str]:
+    """The names microagent gives a debate's agents (``AgentSpec("debater", count=n)``)."""
+    return [f"debater-{i}" for i in range(1, agents + 1)]
+
+
 def instruction_texts(workload: Mapping[str, Any], choices: Sequence[str]) -> dict[str, str]:
-    """The text of each instruction step :func:`plan` names, as the roles send them."""
-    return {
+    """The text of each instruction step :func:`plan` names, as the roles send them.
+
+    A transcript-layout debate's own turn names its agent, so each agent's is its own.
+    """
+    own = {
+        f"debate_own:{n}": "\n" + P.TRANSCRIPT_PROMPT.format(agent=n)
+        for n in debater_names(workload.get("agents", 0))
+    }
+    return own | {
         "vote": P.vote_instructions(list(choices), workload.get("style", "direct")),
         "answer_cue": P.answer_cue(list(choices)),
         "debate_first": P.FIRST_PROMPT,

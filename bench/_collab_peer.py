@@ -90,10 +90,12 @@ def build(workload: dict[str, Any], ctx: str, choices: list[str], caller: C.Call
         def second(name: str) -> Any:
             async def node(state: State) -> State:
                 prev = dict(state["outputs"])
-                others = [(o, prev[o]) for o in sorted(prev) if o != name]
-                out = await caller.call(
-                    C.debate_round2(ctx, prev[name], others), max_tokens=mt, temperature=temp
-                )
+                if P.debate_layout(cfg["agents"], cfg.get("layout", "auto")) == "transcript":
+                    messages = C.debate_transcript(ctx, [prev], name)
+                else:
+                    others = [(o, prev[o]) for o in sorted(prev) if o != name]
+                    messages = C.debate_round2(ctx, prev[name], others)
+                out = await caller.call(messages, max_tokens=mt, temperature=temp)
                 return {"round2": [(name, out)]}
 
             return node

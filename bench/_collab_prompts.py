@@ -16,6 +16,12 @@ DEBATE_PROMPT = (
     "briefly. End with a line 'Answer: <your answer>'."
 )
 FIRST_PROMPT = "Answer the question, briefly. End with a line 'Answer: <your answer>'."
+TRANSCRIPT_PROMPT = (
+    "These are the answers of all agents so far; yours are those of agent {agent}. "
+    "Considering them, give your updated answer, briefly. End with a line 'Answer: <your answer>'."
+)
+#: from this many agents on, microagent's debate (``layout: auto``) uses the shared transcript
+TRANSCRIPT_FROM_AGENTS = 3
 AGGREGATE_PROMPT = (
     "Above is one proposal; the other proposals follow. Combine the best parts of all proposals "
     "into one final answer. Reply with the final answer only."
@@ -75,3 +81,22 @@ def spliced(parts: list[tuple[str, str]], instructions: str) -> str:
     body = "".join(f"{label}{clean(text)}" for label, text in parts)
     separator = "\n\n" if parts and not instructions.startswith("\n") else ""
     return body + separator + instructions
+
+
+def debate_layout(agents: int, layout: str = "auto") -> str:
+    """The layout microagent's debate runs for ``agents`` debaters (``DebateConfig.layout``)."""
+    if layout != "auto":
+        return layout
+    return "transcript" if agents >= TRANSCRIPT_FROM_AGENTS else "threads"
+
+
+def transcript_turn(rounds: list[dict[str, str]], agent: str) -> str:
+    """A transcript-layout debate turn: every earlier answer (rounds in order, agents
+    sorted), then the agent's own instruction, as microagent's debate lays it out."""
+    parts = [
+        (f"Round {number}, agent {name}: ", answers[name])
+        for number, answers in enumerate(rounds, 1)
+        for name in sorted(answers)
+    ]
+    parts = [(label if i == 0 else "\n" + label, text) for i, (label, text) in enumerate(parts)]
+    return spliced(parts, "\n" + TRANSCRIPT_PROMPT.format(agent=agent))

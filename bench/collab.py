@@ -66,7 +66,16 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "vote5-reason": {"kind": "vote", "n": 5, "style": "reason", **COMMON},
     "vote9-direct": {"kind": "vote", "n": 9, "style": "direct", **COMMON},
     "vote9-reason": {"kind": "vote", "n": 9, "style": "reason", **COMMON},
-    "debate3x2": {"kind": "debate", "agents": 3, "rounds": 2, **COMMON},
+    "debate3x2": {"kind": "debate", "agents": 3, "rounds": 2, "layout": "auto", **COMMON},
+    # five debaters: the shared transcript (auto) against a thread per agent
+    "debate5x2": {"kind": "debate", "agents": 5, "rounds": 2, "layout": "auto", **COMMON},
+    "debate5x2-threads": {
+        "kind": "debate",
+        "agents": 5,
+        "rounds": 2,
+        "layout": "threads",
+        **COMMON,
+    },
     "aggregate3+1": {"kind": "aggregate", "proposers": 3, **COMMON},
     "reflect2": {"kind": "reflect", "rounds": 2, **{**COMMON, "temperature": 0.0}},
 }
@@ -124,6 +133,7 @@ async def run_micro(
             temperature=wl["temperature"],
             early_stop=False,
             answer={"choices": choices},
+            layout=wl.get("layout", "auto"),
         )
     elif kind == "aggregate":
         out = await M.aggregate(

@@ -48,8 +48,9 @@ def _graph_properties(schema: dict[str, Any]) -> None:
     schema["description"] = (
         "How the agents collaborate; mode-specific options ride along as extra fields "
         "(vote: style, wave, answer_tokens, debias [off|order|labels], "
-        "adaptive [off|beta|window], confidence, soft, calibrate [off|position]; "
-        "reflect: validator; cascade: verify; best_of: validator, judge [auto|self|off], "
+        "adaptive [off|beta|window], confidence, soft, calibrate [off|position|content]; "
+        "debate: layout [auto|threads|transcript]; reflect: validator; cascade: verify; "
+        "best_of: validator, judge [auto|self|off], "
         "judge_instructions, answer_tokens; auto: validator; "
         "graph: nodes, edges, entry, output). ``tools`` names server tools the agents may call."
     )

@@ -109,6 +109,35 @@ def test_prompts_match_microagent() -> None:
     assert P.AGGREGATE_PROMPT == _ops_aggregate.AGGREGATE_PROMPT
     assert P.CRITIC_PROMPT == _ops_reflect.CRITIC_PROMPT
     assert P.REVISE_PROMPT == _ops_reflect.REVISE_PROMPT
+    assert P.TRANSCRIPT_PROMPT == _ops_debate.TRANSCRIPT_PROMPT
+    assert P.TRANSCRIPT_FROM_AGENTS == _ops_debate.TRANSCRIPT_FROM_AGENTS
+
+
+@pytest.mark.anyio
+async def test_client_transcript_turn_is_microagent_s_text() -> None:
+    """The client's transcript-layout debate turn is the text microagent's debate composes."""
+    from microagent.collab import AgentSpec, collaborate, critical_offset
+    from microagent.engine_bridge import EngineRequest, ScriptedEngine
+
+    round1 = {"debater-1": "Answer: 4", "debater-2": "It is 5. Answer: 5", "debater-3": "Answer: 6"}
+
+    def script(prompt: object, request: EngineRequest) -> str:  # by agent: its retention key
+        assert request.retain is not None
+        return round1[request.retain.key.rsplit("/", 1)[1]]
+
+    async with ScriptedEngine(script=script) as engine:
+        outcome = await collaborate(
+            engine, "debate", "What is 2+2?", [AgentSpec("debater", count=3)], rounds=2
+        )
+        assert outcome.details["layout"] == P.debate_layout(3) == "transcript"
+        for request in engine.history:
+            if critical_offset(request.priority) != -2:
+                continue
+            text = engine.detokenize(request.prompt.token_ids)
+            turn = text[text.rindex("<|im_start|>user\n") + len("<|im_start|>user\n") :]
+            turn = turn[: turn.index("<|im_end|>")]
+            agent = turn[turn.index("those of agent ") + len("those of agent ") :].split(".")[0]
+            assert turn == P.transcript_turn([round1], agent)
 
 
 def test_parse_metrics_sums_label_sets() -> None:
@@ -252,6 +281,19 @@ def test_workload_floor_rounds_each_item_up_and_adds_one_per_request() -> None:
             9,
             None,
             (["debate_first", "debate_next"], 6),
+        ),
+        # the shared transcript: each debater's own turn is an instruction of its own
+        (
+            {"kind": "debate", "agents": 3, "rounds": 2, "layout": "auto"},
+            6,
+            None,
+            (["debate_first", *(f"debate_own:debater-{i}" for i in (1, 2, 3))], 3),
+        ),
+        (
+            {"kind": "debate", "agents": 2, "rounds": 2, "layout": "auto"},
+            4,
+            None,
+            (["debate_first", "debate_next"], 2),
         ),
         ({"kind": "aggregate", "proposers": 3}, 4, None, (["aggregate"], 3)),
         # draft, critique, revised draft, critique: every turn but the last is read

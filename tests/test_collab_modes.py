@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import anyio
 import pytest
@@ -128,8 +128,14 @@ async def test_reason_then_answer_hits_cache_on_reasoning() -> None:
         assert len(answer_steps) == 3
 
 
+def _disagreeing_debate(rounds: int) -> Callable[[object, object], str]:
+    """A script whose three debaters never agree: round after round 4, 5, 6."""
+    replies = iter(["Answer: 4", "Answer: 5", "Answer: 6"] * rounds)
+    return lambda p, r: next(replies)
+
+
 async def test_debate_threads_are_append_only_and_cached() -> None:
-    async with ScriptedEngine(block_size=16) as engine:
+    async with ScriptedEngine(block_size=16, script=_disagreeing_debate(2)) as engine:
         events: list[CollaborationEvent] = []
         outcome = await collaborate(
             engine,
@@ -138,20 +144,98 @@ async def test_debate_threads_are_append_only_and_cached() -> None:
             [AgentSpec("debater", count=3)],
             rounds=2,
             max_tokens=32,
+            layout="threads",
             on_event=events.append,
         )
-        assert outcome.rounds in (1, 2)
-        assert [e for e in events if e.type == "round"]
-        if outcome.rounds == 2:
-            round2 = [r for r in engine.history if critical_offset(r.priority) == -2]
-            assert len(round2) == 3
-            for req in round2:  # each round-2 prompt extends that agent's own round-1 handle
-                assert any(
-                    prev.prompt.is_prefix_of(req.prompt)
-                    for prev in engine.history
-                    if critical_offset(prev.priority) == -1
-                )
+        assert outcome.rounds == 2 and outcome.details["layout"] == "threads"
+        assert [e.data["round"] for e in events if e.type == "round"] == [1, 2]
+        round1 = [r for r in engine.history if critical_offset(r.priority) == -1]
+        round2 = [r for r in engine.history if critical_offset(r.priority) == -2]
+        assert len(round1) == len(round2) == 3
+        for req in round2:  # each round-2 prompt extends exactly one agent's round-1 handle
+            assert sum(prev.prompt.is_prefix_of(req.prompt) for prev in round1) >= 1
         assert engine.live_requests() == frozenset()
+
+
+async def test_debate_transcript_is_one_shared_prefix_per_round() -> None:
+    """From 3 agents on (auto), every reader's prompt is context → all answers so far →
+    its own turn: the transcript is shared by the round's readers and round r's is a
+    prefix of round r+1's, so each answer is prefilled once for all of them."""
+    async with ScriptedEngine(block_size=16, script=_disagreeing_debate(3)) as engine:
+        outcome = await collaborate(
+            engine, "debate", CONTEXT, [AgentSpec("debater", count=3)], rounds=3, max_tokens=32
+        )
+        assert outcome.rounds == 3 and outcome.details["layout"] == "transcript"
+        by_round = {
+            r: [q for q in engine.history if critical_offset(q.priority) == -r] for r in (1, 2, 3)
+        }
+        assert all(len(reqs) == 3 for reqs in by_round.values())
+
+        def shared(reqs: list[EngineRequest]) -> tuple[int, ...]:
+            ids = [q.prompt.token_ids for q in reqs]
+            n = 0
+            while all(len(x) > n for x in ids) and len({x[n] for x in ids}) == 1:
+                n += 1
+            return ids[0][:n]
+
+        for r in (2, 3):
+            prefix = shared(by_round[r])
+            text = engine.detokenize(prefix)
+            # everything but the own turn is common: every earlier answer is in it
+            for earlier in range(1, r):
+                for n in (1, 2, 3):
+                    assert f"Round {earlier}, agent debater-{n}: Answer:" in text
+            names = set()
+            for q in by_round[r]:  # each reader's own turn names it, after the transcript
+                full = engine.detokenize(q.prompt.token_ids)
+                assert full.startswith(text)
+                (own,) = [n for n in (1, 2, 3) if f"those of agent debater-{n}." in full]
+                # after every answer: the own turn is last
+                assert full.index(f"those of agent debater-{own}.") > text.rindex("Answer:")
+                names.add(own)
+            assert names == {1, 2, 3}
+        # round 2's transcript (its shared prefix up to the own turn) is a prefix of round 3's
+        r2, r3 = (engine.detokenize(shared(by_round[r])) for r in (2, 3))
+        transcript2 = r2[: r2.rindex("\nThese are the answers")]
+        assert r3.startswith(transcript2) and len(r3) > len(transcript2) + 100
+        ids2 = shared(by_round[2])
+        cut = next(k for k in range(len(ids2)) if engine.detokenize(ids2[:k]) == transcript2)
+        assert shared(by_round[3])[:cut] == ids2[:cut]  # the same token ids, not only text
+        assert engine.live_requests() == frozenset()
+
+
+async def test_debate_transcript_computes_fewer_prompt_tokens_than_threads() -> None:
+    """Five debaters with long answers: threads prefill 5·4 answers a round, the
+    transcript 5 (once, for all readers)."""
+    computed = {}
+    for layout in ("threads", "transcript"):
+        words = " ".join(f"w{i}" for i in range(40))
+        replies = iter([f"{words} Answer: {n}" for n in range(5)] * 2)
+        script = lambda p, r, replies=replies: next(replies)  # noqa: E731
+        async with ScriptedEngine(block_size=16, script=script) as engine:
+            outcome = await collaborate(
+                engine,
+                "debate",
+                CONTEXT,
+                [AgentSpec("debater", count=5)],
+                rounds=2,
+                max_tokens=128,
+                layout=layout,
+            )
+            assert outcome.rounds == 2 and outcome.details["layout"] == layout
+            computed[layout] = outcome.usage.computed_prompt_tokens
+    assert computed["transcript"] < 0.6 * computed["threads"], computed
+
+
+async def test_debate_of_two_keeps_threads_and_rejects_an_unknown_layout() -> None:
+    async with ScriptedEngine(script=_disagreeing_debate(2)) as engine:
+        outcome = await collaborate(
+            engine, "debate", CONTEXT, [AgentSpec("debater", count=2)], rounds=2
+        )
+        assert outcome.details["layout"] == "threads"
+        with pytest.raises(InvalidCollaboration) as info:
+            await collaborate(engine, "debate", CONTEXT, None, layout="flat")
+        assert info.value.field == "collaboration.layout"
 
 
 async def test_debate_stops_when_all_agree() -> None:
