@@ -27,7 +27,8 @@ __all__ = ["Item", "easy_set", "mc_set", "mcnemar", "replay", "wilson"]
 
 @dataclass(frozen=True)
 class Item:
-    """One closed question: the user's text, the choices (canonical order) and the answer."""
+    """One question: the user's text, the choices (canonical order; empty for a free
+    answer, which ``bench/_quality_tasks.grade`` scores) and the answer."""
 
     id: str
     family: str

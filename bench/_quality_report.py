@@ -7,6 +7,12 @@ question). The target of issue 14 is checked here, per method: a significant
 win (McNemar p < 0.05, more items won than lost) over a baseline on at least
 ``TARGET_FAMILIES`` families at no more than ``TOKEN_BUDGET`` times the
 baseline's completion tokens on each of them.
+
+Free-answer families (items without choices) have chance 0, so a single call is
+above chance on them as soon as it gets anything right (its Wilson lower bound is
+then above 0); their rows carry the grade of ``_quality_tasks.grade`` (``correct``
+and, on ``extract``, ``valid`` and ``fields``), and the position-bias and soft-vote
+tables, which are about choices, leave them out.
 """
 
 from __future__ import annotations
@@ -43,9 +49,32 @@ def refusals(data: dict[str, Any]) -> dict[tuple[str, str], tuple[int, str]]:
 
 
 def chance(data: dict[str, Any], family: str) -> float:
-    """The mean chance accuracy (1 / number of choices) of a family's items."""
+    """The mean chance accuracy (1 / number of choices) of a family's items; 0 for free
+    answers (no choices: a guess is almost never the answer)."""
     items = [i for i in data["items"] if i["family"] == family]
-    return statistics.fmean(1 / len(i["choices"]) for i in items)
+    return statistics.fmean(1 / len(i["choices"]) if i["choices"] else 0.0 for i in items)
+
+
+def closed(data: dict[str, Any], family: str) -> bool:
+    """Whether a family's items are closed questions (they have choices)."""
+    return all(i["choices"] for i in data["items"] if i["family"] == family)
+
+
+def extraction(rows: list[dict[str, Any]], family: str) -> dict[str, dict[str, float]]:
+    """Per method on a JSON family: items answered, the share valid against the schema, the
+    mean share of fields right, and the share with every field right."""
+    out: dict[str, dict[str, float]] = {}
+    for method in dict.fromkeys(r["method"] for r in rows if r["family"] == family):
+        mine = [r for r in rows if r["family"] == family and r["method"] == method]
+        if not mine or "valid" not in mine[0]:
+            continue
+        out[method] = {
+            "n": len(mine),
+            "valid": statistics.fmean(bool(r["valid"]) for r in mine),
+            "fields": statistics.fmean(r["fields"] for r in mine),
+            "correct": statistics.fmean(bool(r["correct"]) for r in mine),
+        }
+    return out
 
 
 def wins(entry: dict[str, Any], base: str) -> bool:
@@ -94,11 +123,36 @@ def tables(data: dict[str, Any]) -> str:
     refused = refusals(data)
     loads = [x for v in data.get("loadavg_per_method", {}).values() for x in v]
     families = [f for f in s["families"] if f in summary]
+    closed_families = [f for f in families if closed(data, f)]
+    free_families = [f for f in families if not closed(data, f)]
+    budgets = s.get("max_tokens_per_family", {})
+    forms = []
+    if closed_families:
+        forms.append(
+            ("on " + ", ".join(f"`{f}`" for f in closed_families) + ": " if free_families else "")
+            + f"every answer constrained to the item's choices, at most {s['max_tokens']} tokens"
+        )
+    if free_families:
+        forms.append(
+            "free answers (no choices, chance 0) on "
+            + ", ".join(f"`{f}` (at most {budgets.get(f, s['max_tokens'])} tokens)"
+                        for f in free_families)
+            + ", graded on the normalised reply (right when it is, or starts with, the answer; "
+            "JSON: every field right)"
+        )  # fmt: skip
+    baselines = (
+        "one constrained call (one voter)"
+        if not free_families
+        else "one unconstrained sample (`auto` with one agent)"
+        if not closed_families
+        else "one call (one constrained voter on closed families, one unconstrained sample "
+        "on free ones)"
+    )
     lines = [
         f"Model: {s['model']}. {s['items_per_family']} items per family (seed {s['seed']}), "
-        f"every answer constrained to the item's choices, at most {s['max_tokens']} tokens; "
+        f"{'; '.join(forms)}; "
         f"temperature {s['temperature']} unless a method says otherwise (greedy: 0). "
-        "Baselines: `greedy` and `single` are one constrained call (one voter) through the "
+        f"Baselines: `greedy` and `single` are {baselines} through the "
         "same path as every method. Sampling is not seeded (pairs are the same items). "
         f"Machine: {m.get('cpus')} CPUs, load average {m.get('loadavg_at_start', 0):.2f} at the "
         f"start ({min(loads, default=0):.2f}–{max(loads, default=0):.2f} between methods; "
@@ -158,6 +212,25 @@ def tables(data: dict[str, Any]) -> str:
                 f"{mcnemar_cell(e.get('vs_greedy'))} | {mcnemar_cell(e.get('vs_single'))} | "
                 f"{e['completion_tokens']:.1f} | {ratio} |"
             )
+    for family in free_families:
+        ext = extraction(answered(data["rows"]), family)
+        if not ext:
+            continue
+        lines += [
+            "",
+            f"**{family}**: JSON valid against the request's schema, and the fields right "
+            "(read from any JSON object in the answer, valid or not)",
+            "",
+            "| method | items | schema-valid | fields right (mean share) | all fields right |",
+            "|---|---|---|---|---|",
+        ]
+        for method in s["methods"]:
+            if method in ext:
+                e = ext[method]
+                lines.append(
+                    f"| {method} | {e['n']:.0f} | {e['valid']:.3f} | {e['fields']:.3f} "
+                    f"| {e['correct']:.3f} |"
+                )
     eligible = above_chance(data, summary)
     lines += [
         "",
@@ -185,7 +258,7 @@ def tables(data: dict[str, Any]) -> str:
         lines.append(f"| {method} | {' | '.join(cells)} |")
     ran = {**data, "rows": answered(data["rows"])}
     bias_lines: list[str] = []
-    for family in families:
+    for family in closed_families:
         for method, b in position_bias(ran, family).items():
             yes = "–" if b["yes"] != b["yes"] else f"{b['yes']:.2f}"
             bias_lines.append(
@@ -203,7 +276,7 @@ def tables(data: dict[str, Any]) -> str:
             *bias_lines,
         ]
     soft_lines: list[str] = []
-    for family in families:
+    for family in closed_families:
         for method, e in soft_and_judge(ran, family).items():
             if e["mass"]:
                 top = statistics.fmean(e["top"])
@@ -280,6 +353,8 @@ __all__ = [
     "above_chance",
     "answered",
     "chance",
+    "closed",
+    "extraction",
     "plot",
     "refusals",
     "tables",

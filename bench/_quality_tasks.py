@@ -1,8 +1,9 @@
-"""Task families of ``bench/quality.py``: closed questions generated from a seed.
+"""Task families of ``bench/quality.py``: closed and free questions generated from a seed.
 
 Nothing here touches an engine (``tests/test_bench_quality.py`` runs it fast).
 Each family is deterministic for a seed (its own ``random.Random`` seeded by the
-seed and the family's name) and balanced so that an answer-blind bias scores
+seed and the family's name; a longer set extends a shorter one) and balanced.
+Closed families (``PROBED``) are balanced so that an answer-blind bias scores
 chance: on two-choice families the right answer is the first canonical choice
 on even items and the second on odd ones; on yes/no families half are "yes".
 
@@ -16,19 +17,52 @@ on even items and the second on odd ones; on yes/no families half are "yes".
 - ``size``: "Which is bigger, a <big thing> or a <small thing>?" (comparison, world knowledge);
 - ``colour``: "Is <word> a colour or an animal?" (short classification).
 
-The families the bench reports are those where a single call is above chance
+Free-answer families (``FREE``: no choices, ``Item.choices == ()``, chance 0;
+``grade`` scores an answer):
+
+- ``capital_free``: "What is the capital of <country>? Reply with the city's name
+  only." — every country equally often (a shuffled deck per 20 items); right when
+  the normalised reply is the city or starts with it;
+- ``sum_free``: "What is a + b? Reply with the number only." with a, b in 1..20 —
+  half the items need a carry (units digits summing to 10 or more), on odd items;
+  right as ``capital_free`` (the sum's digits first);
+- ``extract``: a sentence naming a person's name, age and city (four templates in
+  turn, names and cities from decks) to be returned as JSON (``EXTRACT_SCHEMA``,
+  which the request's validator carries); graded for schema validity (``valid``)
+  and for the share of the three fields right (``fields``); right when all three are.
+
+Each family has a kind (``kind``: ``closed``, ``free`` or ``json``), which decides
+the methods that fit it, and free families a completion budget (``MAX_TOKENS``).
+
+The closed families the bench reports are those where a single call is above chance
 (``bench/quality.py`` measured it; ``FAMILIES`` keeps them, ``PROBED`` all).
 """
 
 from __future__ import annotations
 
+import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from _accuracy_tasks import Item
 from _collab_tasks import _CAPITALS, _OPPOSITES
+from microagent.collab._tally import normalize_answer
+from microagent.collab._validators import extract_json, json_schema_validator
 
-__all__ = ["FAMILIES", "PROBED", "family_items", "quality_set"]
+__all__ = [
+    "EXTRACT_SCHEMA",
+    "FAMILIES",
+    "FREE",
+    "MAX_TOKENS",
+    "PROBED",
+    "family_items",
+    "grade",
+    "kind",
+    "quality_set",
+]
+
+_T = TypeVar("_T")
 
 _GOOD = ("wonderful", "excellent", "delightful", "great", "lovely", "superb", "fantastic")
 _BAD = ("terrible", "awful", "boring", "horrible", "dreadful", "disappointing", "bad")
@@ -148,8 +182,141 @@ PROBED: dict[str, Callable[[random.Random, int], Item]] = {
 FAMILIES: tuple[str, ...] = ("capital", "opposite", "sum", "category", "temperature")
 
 
+_NAMES = ("Maria", "John", "Aiko", "Pedro", "Fatima", "Lars", "Chen", "Olga", "Omar", "Emma")
+_CITIES = ("Lisbon", "Paris", "Tokyo", "Cairo", "Berlin", "Madrid", "Oslo", "Lima", "Dublin")
+_PERSON = (
+    "{name} is {age} years old and lives in {city}.",
+    "{name}, aged {age}, lives in {city}.",
+    "Living in {city}, {name} has just turned {age}.",
+    "{name} ({age}) moved to {city} last year.",
+)
+_FIELDS = ("name", "age", "city")
+#: what an ``extract`` answer must be (the validator of the request checks it)
+EXTRACT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "city": {"type": "string"},
+    },
+    "required": list(_FIELDS),
+    "additionalProperties": False,
+}
+_EXTRACT_VALID = json_schema_validator(EXTRACT_SCHEMA)
+
+
+def _dealt(rng: random.Random, pool: Sequence[_T], n: int) -> list[_T]:
+    """``n`` draws from ``pool`` dealt as decks: each ``len(pool)`` draws hold every element
+    once, in an order shuffled by ``rng`` (so ``n`` draws are a prefix of more)."""
+    out: list[_T] = []
+    while len(out) < n:
+        deck = list(pool)
+        rng.shuffle(deck)
+        out += deck
+    return out[:n]
+
+
+def _capital_free(key: str, n: int) -> list[Item]:
+    countries = _dealt(random.Random(key), sorted(_CAPITALS), n)
+    return [
+        Item(
+            f"capital_free-{i}",
+            "capital_free",
+            f"What is the capital of {country}? Reply with the city's name only.",
+            (),
+            _CAPITALS[country],
+        )
+        for i, country in enumerate(countries)
+    ]
+
+
+def _sum_free(key: str, n: int) -> list[Item]:
+    rng = random.Random(key)
+    out = []
+    for i in range(n):
+        carry = i % 2 == 1
+        while True:
+            a, b = rng.randint(1, 20), rng.randint(1, 20)
+            if (a % 10 + b % 10 >= 10) == carry:
+                break
+        question = f"What is {a} + {b}? Reply with the number only."
+        out.append(Item(f"sum_free-{i}", "sum_free", question, (), str(a + b)))
+    return out
+
+
+def _extract(key: str, n: int) -> list[Item]:
+    names = _dealt(random.Random(f"{key}-name"), _NAMES, n)
+    cities = _dealt(random.Random(f"{key}-city"), _CITIES, n)
+    ages = random.Random(f"{key}-age")
+    out = []
+    for i, (name, city) in enumerate(zip(names, cities, strict=True)):
+        age = ages.randint(18, 79)
+        sentence = _PERSON[i % len(_PERSON)].format(name=name, age=age, city=city)
+        question = (
+            f'Extract the person\'s name, age and city from this sentence: "{sentence}" '
+            'Reply with JSON only, in the form {"name": "...", "age": 0, "city": "..."}.'
+        )
+        answer = json.dumps({"name": name, "age": age, "city": city})
+        out.append(Item(f"extract-{i}", "extract", question, (), answer))
+    return out
+
+
+#: free-answer families: name -> the first ``n`` items for a seed key
+FREE: dict[str, Callable[[str, int], list[Item]]] = {
+    "capital_free": _capital_free,
+    "sum_free": _sum_free,
+    "extract": _extract,
+}
+#: completion budget per free family (a city or a number; a short JSON object)
+MAX_TOKENS: dict[str, int] = {"capital_free": 12, "sum_free": 12, "extract": 48}
+
+
+def kind(family: str) -> str:
+    """A family's answer form: ``closed`` (one of its choices), ``free`` (a short text) or
+    ``json`` (an object to ``EXTRACT_SCHEMA``): it decides which methods fit the family."""
+    if family in PROBED:
+        return "closed"
+    if family not in FREE:
+        raise KeyError(f"unknown family {family!r}; known: {[*PROBED, *FREE]}")
+    return "json" if family == "extract" else "free"
+
+
+def _first_words(reply: str, truth: str) -> bool:
+    """Whether the normalised reply is ``truth`` or starts with it as whole words."""
+    got, want = normalize_answer(reply), normalize_answer(truth)
+    return bool(want) and (got == want or got.startswith(want + " "))
+
+
+def grade(item: Item, answer: str) -> dict[str, Any]:
+    """How ``answer`` scores on ``item``: ``correct``; on ``extract`` also ``valid`` (JSON
+    valid against ``EXTRACT_SCHEMA``) and ``fields`` (the share of the fields right, read
+    from any JSON object in the answer, valid or not)."""
+    if item.choices:
+        return {"correct": answer == item.answer}
+    if kind(item.family) != "json":
+        return {"correct": _first_words(answer, item.answer)}
+    truth = json.loads(item.answer)
+    valid = _EXTRACT_VALID(answer) is None
+    try:
+        got = json.loads(extract_json(answer))
+    except json.JSONDecodeError:
+        got = None
+    if not isinstance(got, dict):
+        got = {}
+    right = [_field_right(got.get(f), truth[f]) for f in _FIELDS]
+    return {"correct": all(right), "valid": valid, "fields": sum(right) / len(right)}
+
+
+def _field_right(got: object, want: object) -> bool:
+    if isinstance(want, int):  # an age: a JSON integer, not a string or a bool
+        return isinstance(got, int) and not isinstance(got, bool) and got == want
+    return isinstance(got, str) and got.strip().lower() == str(want).lower()
+
+
 def family_items(family: str, n: int, seed: int = 14) -> list[Item]:
     """The first ``n`` items of ``family`` for ``seed`` (a prefix of any longer set)."""
+    if family in FREE:
+        return FREE[family](f"{seed}-{family}", n)
     rng = random.Random(f"{seed}-{family}")
     return [PROBED[family](rng, i) for i in range(n)]
 

@@ -1,12 +1,16 @@
 """Quality of collaboration strategies vs a single call, per task family (issue 14).
 
-Runs every method on the same generated closed questions (``bench/_quality_tasks.py``:
+Runs every method on the same generated questions (``bench/_quality_tasks.py``:
 one family after another, ``--items`` each, fixed by ``--seed``) on the real
 engine in-process: the embedded default model (SmolLM2-135M-Instruct) behind the
 same ``VLLMBridge`` settings as ``bench/collab.py``. Every method is a
 collaboration given as the HTTP request's fields (``agents`` + ``collaboration``,
 plus ``temperature`` and ``max_tokens``), run through ``collaborate()``, the
-function the server calls; every answer is constrained to the item's choices.
+function the server calls. Which methods run on a family depends on its kind
+(``METHODS_BY_KIND``): on closed families every answer is constrained to the
+item's choices (``METHODS``); free families (``FREE_METHODS``: a city, a number)
+and the JSON family (``JSON_METHODS``: ``extract``) have no choices, and their
+answers are graded by ``_quality_tasks.grade``.
 
 Baselines: ``greedy`` (one voter, temperature 0) and ``single`` (one voter at the
 collaboration default, temperature 0.7): a single constrained call, the same
@@ -21,13 +25,27 @@ votes read from one-token answers, each order's content-free prior divided out
 (``calibrate: content``). Best-of-N with a validator is not run: on closed questions the only
 validator is the answer key.
 
+Free answers: the baselines are one unconstrained call (``auto`` with one agent:
+the question alone, a single sample), as are best-of-N's candidates; ``vote5`` is
+self-consistency over the normalised answers (``vote`` adds "Answer concisely."),
+``vote5-adaptive`` the same with early-stopping self-consistency's window rule in
+waves of 2 (at 5 voters the Beta rule could stop no earlier than the exact one);
+``best5-self`` best-of-5 judged by the model's P(yes); on ``extract``
+``best5-validator`` and ``reflect-validator`` use the JSON-schema validator the
+request carries (``EXTRACT_SCHEMA``), and ``auto5`` gets it too. Votes are not run
+on ``extract``: a vote's answer is the normalised text (lower-cased, punctuation
+dropped), which is no longer JSON.
+
 Sampling is not seeded (seeds are refused on vLLM's CPU backend), so two runs
 of a sampled method differ; pairs (McNemar) are the same items.
 
 Usage: ``.venv/bin/python bench/quality.py [--quick] [--items 200]
-[--families a,b] [--methods a,b] [--out quality] [--update] [--force]``.
-Writes ``bench/results/<out>.json``, ``<out>_tables.md`` and ``<out>.png``;
-``--update`` rewrites BENCHMARKS.md's generated section. Refuses to start when
+[--families a,b|all|free] [--methods a,b] [--out quality] [--update] [--force]``.
+``all`` is every closed family, ``free`` every free one. Writes
+``bench/results/<out>.json``, ``<out>_tables.md`` and ``<out>.png`` (``<out>`` by
+default: ``quality``, or ``quality_free`` when every family is free, so a free run
+never replaces the closed one; ``_quick`` added by ``--quick``); ``--update``
+rewrites BENCHMARKS.md's generated section for ``<out>``. Refuses to start when
 the 1-minute load average is 1 or more (``--force``; the JSON says so).
 """
 
@@ -46,8 +64,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _quality_report as R  # noqa: E402
+import _quality_tasks as T  # noqa: E402
 from _accuracy_tasks import Item  # noqa: E402
-from _quality_tasks import FAMILIES, PROBED, quality_set  # noqa: E402
+from _quality_tasks import FAMILIES, FREE, PROBED, quality_set  # noqa: E402
 from _sections import machine  # noqa: E402
 from accuracy import outcome_row  # noqa: E402
 
@@ -101,6 +120,59 @@ FULL_METHODS = tuple(
     m for m in METHODS if m not in ("debias5-labels", "soft2-labels", "soft4-order-cal")
 )
 
+#: the request's validator on ``extract``: its answer must be JSON valid against the schema
+SCHEMA_VALIDATOR: dict[str, Any] = {"type": "json_schema", "schema": T.EXTRACT_SCHEMA}
+#: one unconstrained call: ``auto`` with one agent and no validator is a single sample
+_ONE = _team("auto", 1)
+#: free-answer families (a city, a number): method -> request fields (no answer.choices)
+FREE_METHODS: dict[str, dict[str, Any]] = {
+    "greedy": {**_ONE, "temperature": 0.0},
+    "single": _ONE,
+    "vote5": _vote(5, early_stop=False),
+    "vote5-adaptive": _vote(5, adaptive="window", wave=2),
+    "best5-self": _team("best_of", 5, judge="self"),
+    "auto5": _team("auto", 5),
+}
+#: the JSON family (``extract``): no votes (their answer is normalised text, not JSON)
+JSON_METHODS: dict[str, dict[str, Any]] = {
+    "greedy": {**_ONE, "temperature": 0.0},
+    "single": _ONE,
+    "best5-self": _team("best_of", 5, judge="self"),
+    "best5-validator": _team("best_of", 5, validator=SCHEMA_VALIDATOR),
+    "reflect-validator": {
+        "agents": [{"name": "drafter"}, {"name": "critic"}],
+        "collaboration": {"mode": "reflect", "validator": SCHEMA_VALIDATOR},
+    },
+    "auto5": _team("auto", 5, validator=SCHEMA_VALIDATOR),
+}
+#: a family's kind (``_quality_tasks.kind``) -> the methods that fit it; the others are not
+#: run on it (and its tables have no row for them)
+METHODS_BY_KIND: dict[str, dict[str, dict[str, Any]]] = {
+    "closed": METHODS,
+    "free": FREE_METHODS,
+    "json": JSON_METHODS,
+}
+#: every method name, in run order
+ALL_METHODS = tuple(dict.fromkeys(m for table in METHODS_BY_KIND.values() for m in table))
+
+
+def methods_for(family: str, chosen: list[str] | None, quick: bool = False) -> list[str]:
+    """The methods run on ``family``: those of ``chosen`` that fit its kind (``None``: the
+    kind's defaults, ``QUICK_METHODS``/``FULL_METHODS`` on closed families, all otherwise)."""
+    table = METHODS_BY_KIND[T.kind(family)]
+    if chosen is None:
+        if table is METHODS:
+            return list(QUICK_METHODS if quick else FULL_METHODS)
+        return list(table)
+    return [m for m in chosen if m in table]
+
+
+def fields_of(method: str, family: str) -> dict[str, Any]:
+    """The request fields of ``method`` on ``family`` (before the item's choices)."""
+    if method == "best" and T.kind(family) == "closed":
+        return published()
+    return METHODS_BY_KIND[T.kind(family)][method]
+
 
 def published() -> dict[str, Any]:
     """The published closed-choice configuration: ``agents``, ``collaboration``, ``max_tokens``."""
@@ -109,15 +181,26 @@ def published() -> dict[str, Any]:
 
 
 def request_of(method: str, item: Item) -> dict[str, Any]:
-    """The request fields of ``method`` for ``item`` (what a client would send)."""
-    fields = published() if method == "best" else METHODS[method]
+    """The request fields of ``method`` for ``item`` (what a client would send).
+
+    Closed items add their choices as ``answer.choices``; free ones have none and get
+    their family's completion budget (``_quality_tasks.MAX_TOKENS``), which is also a
+    direct vote's ``answer_tokens`` (a direct voter's whole answer).
+    """
+    fields = fields_of(method, item.family)
     collaboration = dict(fields["collaboration"])
-    collaboration["answer"] = {**collaboration.get("answer", {}), "choices": list(item.choices)}
+    if item.choices:
+        collaboration["answer"] = {**collaboration.get("answer", {}), "choices": list(item.choices)}
+        budget = fields.get("max_tokens", MAX_TOKENS)
+    else:
+        budget = T.MAX_TOKENS[item.family]
+        if collaboration["mode"] == "vote":
+            collaboration.setdefault("answer_tokens", budget)
     return {
         "agents": fields["agents"],
         "collaboration": collaboration,
         "temperature": fields.get("temperature", TEMPERATURE),
-        "max_tokens": fields.get("max_tokens", MAX_TOKENS),
+        "max_tokens": budget,
     }
 
 
@@ -142,6 +225,8 @@ async def run_one(bridge: Any, method: str, item: Item) -> dict[str, Any]:
     except M.InvalidCollaboration as exc:  # e.g. soft votes over choices sharing a first token
         return {"method": method, "item": item.id, "family": item.family, "refused": str(exc)}
     row: dict[str, Any] = outcome_row(method, item, out, time.monotonic() - t0)
+    if not item.choices:  # a free answer: graded (closed ones are the choice itself)
+        row.update(T.grade(item, out.answer))
     return row
 
 
@@ -157,13 +242,25 @@ async def run_method(bridge: Any, method: str, items: list[Item]) -> list[dict[s
     return list(await asyncio.gather(*(guarded(i) for i in items)))
 
 
-async def main_async(args: argparse.Namespace, methods: list[str]) -> dict[str, Any]:
+def parse_families(text: str) -> tuple[str, ...]:
+    """``--families``: names, ``all`` (every closed family) or ``free`` (every free one)."""
+    if not text:
+        return FAMILIES
+    out: list[str] = []
+    for name in text.split(","):
+        out += list(PROBED) if name == "all" else list(FREE) if name == "free" else [name]
+    for family in out:
+        T.kind(family)  # raises on an unknown family
+    return tuple(dict.fromkeys(out))
+
+
+async def main_async(args: argparse.Namespace, chosen: list[str] | None) -> dict[str, Any]:
     from _collab_engines import SETTINGS, make_bridge
 
-    if args.families == "all":
-        families = tuple(PROBED)
-    else:
-        families = tuple(args.families.split(",")) if args.families else FAMILIES
+    families = parse_families(args.families)
+    plan = {f: methods_for(f, chosen, args.quick) for f in families}
+    methods = list(dict.fromkeys(m for f in families for m in plan[f]))
+    first = {m: next(f for f in families if m in plan[f]) for m in methods}
     items = quality_set(args.items, args.seed, families)
     bridge = make_bridge()
     rows: list[dict[str, Any]] = []
@@ -175,10 +272,10 @@ async def main_async(args: argparse.Namespace, methods: list[str]) -> dict[str, 
         for method in methods:
             before = os.getloadavg()[0]
             t0 = time.monotonic()
-            got = await run_method(bridge, method, items)
+            got = await run_method(bridge, method, [i for i in items if method in plan[i.family]])
             rows += got
             loads[method] = [round(before, 2), round(os.getloadavg()[0], 2)]
-            for family in families:
+            for family in (f for f in families if method in plan[f]):
                 mine = [r for r in got if r["family"] == family and "refused" not in r]
                 acc = sum(r["correct"] for r in mine) / len(mine) if mine else float("nan")
                 print(f"{method:18s} {family:10s} acc {acc:.3f}", flush=True)
@@ -192,10 +289,16 @@ async def main_async(args: argparse.Namespace, methods: list[str]) -> dict[str, 
             "engine": SETTINGS,
             "temperature": TEMPERATURE,
             "max_tokens": MAX_TOKENS,
+            "max_tokens_per_family": {f: T.MAX_TOKENS.get(f, MAX_TOKENS) for f in families},
             "items_per_family": args.items,
             "families": list(families),
             "seed": args.seed,
-            "methods": {m: published() if m == "best" else METHODS[m] for m in methods},
+            # each method's fields on the first family it runs on; ``requests``: per family
+            "methods": {m: fields_of(m, first[m]) for m in methods},
+            "requests": {
+                f: {m: request_of(m, next(i for i in items if i.family == f)) for m in plan[f]}
+                for f in families
+            },
             "sampling_seeded": False,
         },
         "items": [item.__dict__ for item in items],
@@ -210,22 +313,25 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help=f"{QUICK_ITEMS} items per family")
     ap.add_argument("--items", type=int, default=0, help=f"items per family ({FULL_ITEMS})")
     ap.add_argument(
-        "--families", default="", help=f"comma-separated subset of {list(PROBED)}, or all"
+        "--families",
+        default="",
+        help=f"comma-separated subset of {[*PROBED, *FREE]}; all (closed ones) or free",
     )
     ap.add_argument("--seed", type=int, default=14)
-    ap.add_argument("--methods", default="", help=f"comma-separated subset of {list(METHODS)}")
+    ap.add_argument("--methods", default="", help=f"comma-separated subset of {list(ALL_METHODS)}")
     ap.add_argument("--out", default="")
     ap.add_argument("--update", action="store_true", help="rewrite BENCHMARKS.md's section")
     ap.add_argument("--force", action="store_true", help="run even on a busy machine")
     ap.add_argument("--report-only", action="store_true", help="tables from the existing JSON")
     args = ap.parse_args()
     args.items = args.items or (QUICK_ITEMS if args.quick else FULL_ITEMS)
-    out = args.out or ("quality_quick" if args.quick else "quality")
-    default = QUICK_METHODS if args.quick else FULL_METHODS
-    methods = args.methods.split(",") if args.methods else list(default)
-    unknown = [m for m in methods if m not in METHODS]
+    free = all(T.kind(f) != "closed" for f in parse_families(args.families))
+    name = "quality_free" if free else "quality"  # a free-only run never replaces the closed one
+    out = args.out or (f"{name}_quick" if args.quick else name)
+    chosen = args.methods.split(",") if args.methods else None
+    unknown = [m for m in chosen or () if m not in ALL_METHODS]
     if unknown:
-        raise SystemExit(f"unknown methods {unknown}; known: {list(METHODS)}")
+        raise SystemExit(f"unknown methods {unknown}; known: {list(ALL_METHODS)}")
     path = RESULTS / f"{out}.json"
     if args.report_only:
         data = json.loads(path.read_text())
@@ -237,7 +343,7 @@ def main() -> int:
             )
             return 2
         started = time.time()
-        data = asyncio.run(main_async(args, methods))
+        data = asyncio.run(main_async(args, chosen))
         data["machine"] = machine(load, bool(args.force and load >= 1.0), started)
         RESULTS.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, separators=(",", ":")))  # compact: per-item rows
