@@ -598,6 +598,13 @@ class EngineBridge(abc.ABC):
             else:
                 self._retained.pop(request.retain.key, None)
         if reason in ("stop", "length"):
+            # the prompt's ancestors are its prefixes, as resident as it is: a later prompt
+            # that branches off one (a shared transcript after the context) expects a hit
+            # (all their tokens were computed for this prompt, under its adapter)
+            for node in prompt.lineage()[1:]:
+                if len(node) >= self.block_size:
+                    resident = attrs.evolve(node, epoch=self.epoch, adapter=prompt.adapter)
+                    self._remember_resident(resident)
             self._remember_resident(attrs.evolve(prompt, epoch=self.epoch))
             # the last sampled token is never fed back: its KV is not computed
             self._remember_resident(handle, len(handle) - 1 if out else len(handle))

@@ -159,6 +159,9 @@ async def _run_program(program: dict[str, Any]) -> None:
             totals["misses"] += cached < expected
             totals["aborted" if aborted else "finished"] += 1
             if not aborted:
+                for tokens, _ in lineage[1:]:  # its prefixes: computed for it, under its adapter
+                    if len(tokens) >= bs:
+                        resident[(tokens, adapter)] = len(tokens)
                 resident[(prompt.token_ids, adapter)] = len(prompt)
                 resident[(result.handle.token_ids, adapter)] = len(result.handle) - 1
             handles.append(result.handle)
