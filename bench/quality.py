@@ -128,6 +128,7 @@ _ONE = _team("auto", 1)
 FREE_METHODS: dict[str, dict[str, Any]] = {
     "greedy": {**_ONE, "temperature": 0.0},
     "single": _ONE,
+    "vote3": _vote(3, early_stop=False),  # self-consistency within the 3x token bound
     "vote5": _vote(5, early_stop=False),
     "vote5-adaptive": _vote(5, adaptive="window", wave=2),
     "best5-self": _team("best_of", 5, judge="self"),

@@ -248,7 +248,7 @@ def test_each_family_kind_runs_the_methods_that_fit_it() -> None:
     assert Q.methods_for("capital", None, quick=True) == list(Q.QUICK_METHODS)
     free, extract = Q.methods_for("sum_free", None), Q.methods_for("extract", None)
     assert free == list(Q.FREE_METHODS) and extract == list(Q.JSON_METHODS)
-    assert {"greedy", "single", "vote5", "vote5-adaptive", "best5-self", "auto5"} == set(free)
+    assert {"greedy", "single", "vote3", "vote5", "vote5-adaptive", "best5-self", "auto5"} == set(free)
     assert {"best5-validator", "reflect-validator"} <= set(extract)
     assert not any(m.startswith("vote") for m in extract)  # a vote's answer is not JSON
     assert Q.methods_for("extract", ["vote5", "single", "best"]) == ["single"]
