@@ -13,7 +13,7 @@ STAMP := $(VENV)/.microagent-installed-$(EXTRA)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 FIND_LINKS := $(if $(wildcard /opt/wheels/*.whl),--find-links /opt/wheels,)
 
-.PHONY: install demo test lint typecheck prepare browser bench clean
+.PHONY: install demo test lint typecheck prepare allocator browser bench clean
 
 install: $(STAMP)
 
@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 	@$(PY) -c "import transformers, vllm, microagent" || { echo "install check failed" >&2; exit 1; }
 	@touch $(STAMP)
 
-prepare: install
+prepare: install allocator
 	$(VENV)/bin/microagent prepare default
 
 demo: prepare
@@ -50,6 +50,16 @@ browser:
 		echo "installing Debian's chromium for the browser test"; \
 		$(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+# tcmalloc for the CPU engine's processes (vLLM preloads it when its wheel bundles one;
+# this one does not): glibc's malloc fragments under the worker's per-shape allocations.
+# Best effort: without it the engine runs on the system's malloc.
+allocator:
+	@ls /usr/lib/*/libtcmalloc_minimal.so.4 >/dev/null 2>&1 || { \
+		echo "installing Debian's libtcmalloc-minimal4 for the engine processes"; \
+		($(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libtcmalloc-minimal4) || \
+		echo "libtcmalloc-minimal4 not installed: the engine uses the system's malloc" >&2; }
 
 test: prepare lint browser
 	$(VENV)/bin/pytest

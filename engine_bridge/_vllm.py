@@ -132,6 +132,8 @@ class VLLMBridge(EngineBridge):
         self._progress = progress
         self.model_path: Path | str | None = None
         self.engine_start_seconds: list[float] = []
+        #: the allocator library the engine's processes preload (None: the system's malloc)
+        self.engine_allocator: str | None = None
         self._tokenizer: compat.HFTokenizer | None = None
         self._engine: Any = None
         self._sink = compat.StatSink()
@@ -229,8 +231,10 @@ class VLLMBridge(EngineBridge):
         return RetentionStats(**await compat.retention_stats(engine))
 
     async def _start_engine(self) -> None:
+        preload = None
         if self._is_cpu:
             compat.cpu_environment_defaults()
+            preload = compat.engine_allocator()
         args = compat.engine_args(**self._engine_arguments())
         sink = compat.StatSink()
         loop = asyncio.get_running_loop()
@@ -239,7 +243,7 @@ class VLLMBridge(EngineBridge):
         # Shielded: if we are cancelled meanwhile, the engine still comes up in its
         # thread, and must then be shut down rather than leaked.
         starting = asyncio.ensure_future(
-            asyncio.to_thread(compat.start_engine, args, compat.stat_logger_factory(sink))
+            asyncio.to_thread(compat.start_engine, args, compat.stat_logger_factory(sink), preload)
         )
         try:
             engine = await asyncio.shield(starting)
@@ -247,6 +251,8 @@ class VLLMBridge(EngineBridge):
             starting.add_done_callback(_shutdown_in_thread)
             raise
         self.engine_start_seconds.append(loop.time() - t0)
+        self.engine_allocator = preload
+        log.info("engine processes allocate with %s", preload or "the system's malloc")
         blocks, block_size = compat.kv_geometry(engine)
         self._engine = engine
         self._sink = sink

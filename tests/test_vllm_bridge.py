@@ -182,6 +182,52 @@ def test_engine_started_with_pinned_limits(real_engine: RealEngine) -> None:
     assert b.engine_core_pids()
 
 
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants, from ``/proc``."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in os.listdir(f"/proc/{p}/task"):
+            with open(f"/proc/{p}/task/{task}/children") as f:
+                todo += [int(c) for c in f.read().split()]
+    return out
+
+
+@pytest.mark.engine
+def test_engine_processes_preload_the_allocator_and_nothing_else_does(
+    real_engine: RealEngine,
+) -> None:
+    """tcmalloc (when the machine has it) is mapped into the EngineCore and its worker,
+    and the server process's own environment is left as it was."""
+    b = real_engine.bridge
+    assert b.engine_allocator == compat.engine_allocator()
+    procs = [p for pid in b.engine_core_pids() for p in _process_tree(pid)]
+    assert len(procs) >= 2  # the EngineCore and the worker it spawned
+    for pid in procs:
+        with open(f"/proc/{pid}/maps") as f:
+            mapped = "libtcmalloc" in f.read()
+        assert mapped == (b.engine_allocator is not None), pid
+    assert "tcmalloc" not in os.environ.get("LD_PRELOAD", "")
+
+
+def test_engine_process_environment_is_scoped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    with compat.engine_process_environment("/lib/libtcmalloc_minimal.so.4"):
+        assert os.environ["LD_PRELOAD"] == "/lib/libtcmalloc_minimal.so.4"
+        os.environ["LD_PRELOAD"] += ":/torch/libgomp.so"  # what vLLM's CPU platform adds
+    assert "LD_PRELOAD" not in os.environ
+    monkeypatch.setenv("LD_PRELOAD", "/lib/libjemalloc.so.2")  # the user's own allocator wins
+    with compat.engine_process_environment("/lib/libtcmalloc_minimal.so.4"):
+        assert os.environ["LD_PRELOAD"] == "/lib/libjemalloc.so.2"
+    monkeypatch.setenv("LD_PRELOAD", "/x/libfoo.so")
+    with compat.engine_process_environment("/lib/libtcmalloc_minimal.so.4"):
+        assert os.environ["LD_PRELOAD"] == "/lib/libtcmalloc_minimal.so.4:/x/libfoo.so"
+    assert os.environ["LD_PRELOAD"] == "/x/libfoo.so"
+    monkeypatch.setenv(compat.ALLOCATOR_ENV, "system")
+    assert compat.engine_allocator() is None
+
+
 @pytest.mark.engine
 def test_tokenize_roundtrip_and_chat_template_matches_hf(real_engine: RealEngine) -> None:
     b = real_engine.bridge

@@ -1,0 +1,181 @@
+"""Why the CPU engine's RSS grows: vLLM's oneDNN matmuls at many batch sizes, per allocator.
+
+The soak (``bench/soak.py``) found the engine processes' RSS growing over thousands
+of requests while everything of ours came back to its starting level; the growth is
+in vLLM's CPU worker (the EngineCore's own RSS stays flat). This isolates it: the
+default model's 120 linear layers (30 layers × qkv, o, gate-up, down: SmolLM2-135M's
+shapes, random bf16 weights) as vLLM's CPU backend builds them (``ops.create_onednn_mm``
+with its 32-entry per-layer cache), then ``calls`` forward passes, each at a new
+random batch token count M in 1..2048 (what a step of mixed prefill and decode is).
+One fresh subprocess per allocator:
+
+- ``glibc``: the system's malloc;
+- ``glibc-fixed-threshold``: glibc with ``MALLOC_TRIM_THRESHOLD_`` set (which fixes
+  the mmap threshold: large blocks go back to the kernel at once);
+- ``tcmalloc``: ``LD_PRELOAD`` of the system's tcmalloc, as microagent's engine
+  processes run (``engine_bridge._vllm_compat.engine_allocator``).
+
+Prints RSS growth and time per call; writes ``bench/results/engine_rss.json``;
+``--update`` writes BENCHMARKS.md's section. About 2 minutes per allocator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+sys.path.insert(0, str(HERE))
+
+#: (in, out) features of one SmolLM2-135M decoder layer's linears: qkv, o, gate-up, down
+SHAPES = ((576, 960), (576, 576), (576, 3072), (1536, 576))
+LAYERS = 30
+
+PROBE = r"""
+import json, random, sys, time, torch
+from vllm import _custom_ops as ops
+
+def rss():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) / 1024
+
+calls, every, seed = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+shapes = json.loads(sys.argv[4])
+layers = []
+for _ in range(int(sys.argv[5])):
+    for k, n in shapes:
+        w = torch.randn(n, k, dtype=torch.bfloat16)
+        layers.append((ops.create_onednn_mm(w.t(), 32), k, w))
+base = rss()
+rng = random.Random(seed)
+t0 = time.monotonic()
+points = []
+for i in range(1, calls + 1):
+    m = rng.randint(1, 2048)
+    for handler, k, _ in layers:
+        ops.onednn_mm(handler, torch.randn(m, k, dtype=torch.bfloat16), None)
+    if i % every == 0:
+        points.append([i, round(rss() - base, 1), round(time.monotonic() - t0, 2)])
+print(json.dumps({"base_mb": round(base, 1), "points": points}))
+"""
+
+
+def tcmalloc() -> str | None:
+    from microagent.engine_bridge._vllm_compat import engine_allocator
+
+    return engine_allocator()
+
+
+def variants() -> dict[str, dict[str, str]]:
+    """allocator name -> environment changes of its subprocess."""
+    out: dict[str, dict[str, str]] = {
+        "glibc": {},
+        "glibc-fixed-threshold": {"MALLOC_TRIM_THRESHOLD_": "131072"},
+    }
+    lib = tcmalloc()
+    if lib is not None:
+        out["tcmalloc"] = {"LD_PRELOAD": lib}
+    return out
+
+
+def run_variant(env_changes: dict[str, str], calls: int, every: int, seed: int) -> Any:
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MALLOC_TRIM_THRESHOLD_")}
+    env.update(env_changes)
+    args = [str(calls), str(every), str(seed), json.dumps(SHAPES), str(LAYERS)]
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=1800,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def tables(data: dict[str, Any]) -> str:
+    s = data["settings"]
+    lines = [
+        f"{LAYERS * len(SHAPES)} oneDNN linears of the default model's shapes, "
+        f"{s['calls']} forward passes at random batch token counts 1..2048 (seed "
+        f"{s['seed']}), one fresh process per allocator; machine: {s['cpus']} CPUs, "
+        f"load average {s['load_before']:.2f} at start.",
+        "",
+        "| allocator | RSS at start (MiB) | "
+        + " | ".join(f"+MiB after {p[0]}" for p in data["runs"][0]["points"])
+        + " | ms per pass |",
+        "|---|---|" + "---|" * len(data["runs"][0]["points"]) + "---|",
+    ]
+    for run in data["runs"]:
+        pts = run["points"]
+        per_call = pts[-1][2] / pts[-1][0] * 1000
+        cells = " | ".join(f"{p[1]:.0f}" for p in pts)
+        lines.append(f"| {run['allocator']} | {run['base_mb']:.0f} | {cells} | {per_call:.0f} |")
+    lines.append("")
+    lines.append("Data: `bench/results/engine_rss.json`.")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200, help="forward passes (200)")
+    parser.add_argument("--every", type=int, default=40, help="passes per sample")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--force", action="store_true", help="run even on a busy machine")
+    parser.add_argument("--update", action="store_true", help="rewrite BENCHMARKS.md's section")
+    args = parser.parse_args(argv)
+    load = os.getloadavg()[0]
+    if load > 0.5 and not args.force:
+        print(f"load average {load:.2f} > 0.5: the machine is not quiet; refusing")
+        return 2
+    runs = []
+    for name, env in variants().items():
+        t0 = time.monotonic()
+        got = run_variant(env, args.calls, args.every, args.seed)
+        runs.append({"allocator": name, "env": env, **got})
+        last = got["points"][-1]
+        print(
+            f"{name:22s} start {got['base_mb']:.0f} MiB, +{last[1]:.0f} MiB after {last[0]} "
+            f"passes, {time.monotonic() - t0:.0f} s",
+            flush=True,
+        )
+    data = {
+        "settings": {
+            "calls": args.calls,
+            "every": args.every,
+            "seed": args.seed,
+            "cpus": os.cpu_count(),
+            "load_before": load,
+        },
+        "runs": runs,
+        "command": "python bench/engine_rss.py " + " ".join(sys.argv[1:]),
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "engine_rss.json").write_text(json.dumps(data, indent=1))
+    md = tables(data)
+    print(md)
+    if args.update:
+        from _sections import replace_section
+
+        replace_section(
+            HERE.parent / "BENCHMARKS.md",
+            "<!-- engine_rss:begin (generated by bench/engine_rss.py --update; do not edit) -->",
+            "<!-- engine_rss:end -->",
+            "## Results: the CPU engine's RSS per batch shape and allocator "
+            "(`bench/engine_rss.py`)",
+            md,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

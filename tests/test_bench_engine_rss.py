@@ -1,0 +1,45 @@
+"""The pure parts of bench/engine_rss.py: its allocator variants and its table."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import engine_rss as R  # noqa: E402
+from microagent.engine_bridge import _vllm_compat as compat  # noqa: E402
+
+
+def test_variants_follow_the_engine_s_allocator_choice() -> None:
+    got = R.variants()
+    assert got["glibc"] == {} and got["glibc-fixed-threshold"] == {
+        "MALLOC_TRIM_THRESHOLD_": "131072"
+    }
+    lib = compat.engine_allocator()
+    assert ("tcmalloc" in got) == (lib is not None)
+    if lib is not None:
+        assert got["tcmalloc"] == {"LD_PRELOAD": lib}
+
+
+def test_table_has_a_row_per_allocator_and_a_column_per_sample() -> None:
+    data = {
+        "settings": {"calls": 80, "every": 40, "seed": 1, "cpus": 2, "load_before": 0.1},
+        "runs": [
+            {
+                "allocator": "glibc",
+                "base_mb": 850.0,
+                "points": [[40, 244.0, 20.0], [80, 407.0, 40.0]],
+            },
+            {
+                "allocator": "tcmalloc",
+                "base_mb": 840.0,
+                "points": [[40, 81.0, 18.0], [80, 141.0, 36.0]],
+            },
+        ],
+    }
+    md = R.tables(data)
+    assert "| allocator | RSS at start (MiB) | +MiB after 40 | +MiB after 80 | ms per pass |" in md
+    assert "| glibc | 850 | 244 | 407 | 500 |" in md
+    assert "| tcmalloc | 840 | 81 | 141 | 450 |" in md
