@@ -137,8 +137,8 @@ def tables(data: dict[str, Any]) -> str:
             "free answers (no choices, chance 0) on "
             + ", ".join(f"`{f}` (at most {budgets.get(f, s['max_tokens'])} tokens)"
                         for f in free_families)
-            + ", graded on the normalised reply (right when it is, or starts with, the answer; "
-            "JSON: every field right)"
+            + ", graded on the reply (a capital: it names the right city and no other; a sum: "
+            "its last number is the sum; JSON: every field right)"
         )  # fmt: skip
     baselines = (
         "one constrained call (one voter)"

@@ -22,10 +22,10 @@ Free-answer families (``FREE``: no choices, ``Item.choices == ()``, chance 0;
 
 - ``capital_free``: "What is the capital of <country>? Reply with the city's name
   only." — every country equally often (a shuffled deck per 20 items); right when
-  the normalised reply is the city or starts with it;
+  the reply names the city and no other capital (the model answers in sentences);
 - ``sum_free``: "What is a + b? Reply with the number only." with a, b in 1..20 —
   half the items need a carry (units digits summing to 10 or more), on odd items;
-  right as ``capital_free`` (the sum's digits first);
+  right when the reply's last number is the sum ("3 + 1 = 4");
 - ``extract``: a sentence naming a person's name, age and city (four templates in
   turn, names and cities from decks) to be returned as JSON (``EXTRACT_SCHEMA``,
   which the request's validator carries); graded for schema validity (``valid``)
@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -281,10 +282,28 @@ def kind(family: str) -> str:
     return "json" if family == "extract" else "free"
 
 
-def _first_words(reply: str, truth: str) -> bool:
-    """Whether the normalised reply is ``truth`` or starts with it as whole words."""
-    got, want = normalize_answer(reply), normalize_answer(truth)
-    return bool(want) and (got == want or got.startswith(want + " "))
+def _names_only(reply: str, truth: str, others: Sequence[str]) -> bool:
+    """Whether the normalised reply names ``truth`` (as whole words) and none of ``others``.
+
+    The default model answers in sentences ("The capital of Italy is Rome."), so the
+    reply is read for the name it gives, not its first words; a reply naming two
+    capitals is wrong.
+    """
+
+    def names(text: str) -> bool:
+        want = normalize_answer(text).split()
+        got = normalize_answer(reply).split()
+        return bool(want) and any(
+            got[i : i + len(want)] == want for i in range(len(got) - len(want) + 1)
+        )
+
+    return names(truth) and not any(names(o) for o in others if o != truth)
+
+
+def _last_number(reply: str, truth: str) -> bool:
+    """Whether the last integer of the reply is ``truth`` ("3 + 1 = 4" answers 4)."""
+    numbers = re.findall(r"\d+", reply)
+    return bool(numbers) and numbers[-1] == truth
 
 
 def grade(item: Item, answer: str) -> dict[str, Any]:
@@ -293,8 +312,10 @@ def grade(item: Item, answer: str) -> dict[str, Any]:
     from any JSON object in the answer, valid or not)."""
     if item.choices:
         return {"correct": answer == item.answer}
+    if item.family == "sum_free":
+        return {"correct": _last_number(answer, item.answer)}
     if kind(item.family) != "json":
-        return {"correct": _first_words(answer, item.answer)}
+        return {"correct": _names_only(answer, item.answer, sorted(set(_CAPITALS.values())))}
     truth = json.loads(item.answer)
     valid = _EXTRACT_VALID(answer) is None
     try:
