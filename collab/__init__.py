@@ -18,8 +18,10 @@ from ._budget import TokenMeter as TokenMeter
 from ._budget import largest_turn as largest_turn
 from ._budget import worst_case_tokens as worst_case_tokens
 from ._config import ModeConfig as ModeConfig
+from ._config import boolean as boolean
 from ._config import build_config as build_config
 from ._config import int_in as int_in
+from ._config import one_of as one_of
 from ._context import CollaborationContext as CollaborationContext
 from ._context import EventCallback as EventCallback
 from ._context import bridge_for_spec as bridge_for_spec
@@ -184,6 +186,7 @@ __all__ = [
     "agent_tool_plan",
     "aggregate",
     "all_agree",
+    "boolean",
     "bridge_for_spec",
     "build_config",
     "cascade",
@@ -206,6 +209,7 @@ __all__ = [
     "match_roles",
     "mcp_tools",
     "normalize_answer",
+    "one_of",
     "parse_role",
     "plot_timeline",
     "prepare_collaboration",

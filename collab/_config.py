@@ -46,7 +46,20 @@ def int_in(low: int, high: int) -> Any:
     return check
 
 
-def _boolean(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+def one_of(names: tuple[str, ...]) -> Any:
+    """An attrs validator: one of ``names`` (a mode option's closed set of values)."""
+
+    def check(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value not in names:
+            raise InvalidCollaboration(
+                attribute.name, f"must be one of {', '.join(names)}, got {value!r}"
+            )
+
+    return check
+
+
+def boolean(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: ``true`` or ``false`` (never 0, 1 or a string)."""
     if not isinstance(value, bool):
         raise InvalidCollaboration(attribute.name, f"must be true or false, got {value!r}")
 
@@ -64,7 +77,7 @@ class ModeConfig:
         timeout: seconds before the whole collaboration is cancelled (None = no limit).
     """
 
-    early_stop: bool = attrs.field(default=True, validator=_boolean)
+    early_stop: bool = attrs.field(default=True, validator=boolean)
     rounds: int | None = attrs.field(default=None, validator=int_in(1, 16))
     answer: AnswerSpec | None = attrs.field(default=None, converter=_answer)
     max_tokens: int = attrs.field(default=256, validator=int_in(1, MAX_AGENT_TOKENS))

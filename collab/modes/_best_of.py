@@ -32,7 +32,7 @@ import attrs
 
 from ...engine_bridge import GenerationResult
 from .._agent import Role, Turn
-from .._config import ModeConfig, int_in
+from .._config import ModeConfig, int_in, one_of
 from .._context import CollaborationContext
 from .._errors import InvalidCollaboration
 from .._mode import CollaborationOp, ModeResult
@@ -60,13 +60,6 @@ def _judge(value: object) -> object:
     return value
 
 
-def _judge_mode(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value not in JUDGE_MODES:
-        raise InvalidCollaboration(
-            attribute.name, f"must be one of {', '.join(JUDGE_MODES)}, got {value!r}"
-        )
-
-
 def _instructions(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str) or not value.strip() or len(value) > 2000:
         raise InvalidCollaboration(
@@ -88,7 +81,7 @@ class BestOfConfig(ModeConfig):
     """
 
     validator: Validator | None = attrs.field(default=None, converter=_validator)
-    judge: str = attrs.field(default="auto", converter=_judge, validator=_judge_mode)
+    judge: str = attrs.field(default="auto", converter=_judge, validator=one_of(JUDGE_MODES))
     judge_instructions: str = attrs.field(default=JUDGE_PROMPT, validator=_instructions)
     answer_tokens: int = attrs.field(default=16, validator=int_in(1, 256))
 

@@ -20,16 +20,15 @@ rounds run at higher engine priority: they are the critical path.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import anyio
 import attrs
 
 from ...engine_bridge import KVHandle
 from .._agent import Role, Turn, TurnDone
-from .._config import ModeConfig
+from .._config import ModeConfig, one_of
 from .._context import CollaborationContext
-from .._errors import InvalidCollaboration
 from .._mode import CollaborationOp, ModeResult
 from .._spec import AgentSpec
 from .._tally import all_agree, majority
@@ -48,13 +47,6 @@ LAYOUTS = ("auto", "threads", "transcript")
 TRANSCRIPT_FROM_AGENTS = 3
 
 
-def _layout(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value not in LAYOUTS:
-        raise InvalidCollaboration(
-            attribute.name, f"must be one of {', '.join(LAYOUTS)}, got {value!r}"
-        )
-
-
 @attrs.frozen(kw_only=True)
 class DebateConfig(ModeConfig):
     """debate options (``rounds`` defaults to 2).
@@ -65,7 +57,7 @@ class DebateConfig(ModeConfig):
             from ``TRANSCRIPT_FROM_AGENTS`` agents on); see the module's docstring.
     """
 
-    layout: str = attrs.field(default="auto", validator=_layout)
+    layout: str = attrs.field(default="auto", validator=one_of(LAYOUTS))
 
 
 class Debate(CollaborationOp[DebateConfig]):

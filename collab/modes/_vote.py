@@ -32,7 +32,7 @@ import attrs
 
 from ...engine_bridge import KVHandle, TokenLogprob
 from .._agent import Role, Turn
-from .._config import ModeConfig, int_in
+from .._config import ModeConfig, boolean, int_in, one_of
 from .._context import CollaborationContext, find_role
 from .._debias import DEBIAS_MODES, ChoiceView
 from .._errors import InvalidCollaboration
@@ -70,21 +70,6 @@ def _debias(value: object) -> object:
     if value is False:
         return "off"
     return value
-
-
-def _one_of(names: tuple[str, ...]) -> Any:
-    def check(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-        if value not in names:
-            raise InvalidCollaboration(
-                attribute.name, f"must be one of {', '.join(names)}, got {value!r}"
-            )
-
-    return check
-
-
-def _boolean(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, bool):
-        raise InvalidCollaboration(attribute.name, f"must be true or false, got {value!r}")
 
 
 def _confidence(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -125,11 +110,11 @@ class VoteConfig(ModeConfig):
     style: str = attrs.field(default="auto", validator=_style)
     wave: int = attrs.field(default=0, validator=int_in(0, 64))
     answer_tokens: int = attrs.field(default=16, validator=int_in(1, 256))
-    debias: str = attrs.field(default="off", converter=_debias, validator=_one_of(DEBIAS_MODES))
-    adaptive: str = attrs.field(default="off", validator=_one_of(STOP_RULES))
+    debias: str = attrs.field(default="off", converter=_debias, validator=one_of(DEBIAS_MODES))
+    adaptive: str = attrs.field(default="off", validator=one_of(STOP_RULES))
     confidence: float = attrs.field(default=0.95, validator=_confidence)
-    soft: bool = attrs.field(default=False, validator=_boolean)
-    calibrate: str = attrs.field(default="off", validator=_one_of(SOFT_CALIBRATIONS))
+    soft: bool = attrs.field(default=False, validator=boolean)
+    calibrate: str = attrs.field(default="off", validator=one_of(SOFT_CALIBRATIONS))
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
