@@ -69,19 +69,15 @@ print(json.dumps({"base_mb": round(base, 1), "points": points}))
 """
 
 
-def tcmalloc() -> str | None:
-    from microagent.engine_bridge._vllm_compat import engine_allocator
-
-    return engine_allocator()
-
-
 def variants() -> dict[str, dict[str, str]]:
     """allocator name -> environment changes of its subprocess."""
     out: dict[str, dict[str, str]] = {
         "glibc": {},
         "glibc-fixed-threshold": {"MALLOC_TRIM_THRESHOLD_": "131072"},
     }
-    lib = tcmalloc()
+    from microagent.engine_bridge._vllm_compat import engine_allocator
+
+    lib = engine_allocator()  # the library microagent's engine processes preload
     if lib is not None:
         out["tcmalloc"] = {"LD_PRELOAD": lib}
     return out
