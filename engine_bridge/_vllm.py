@@ -232,9 +232,11 @@ class VLLMBridge(EngineBridge):
 
     async def _start_engine(self) -> None:
         preload = None
+        environment: dict[str, str] = {}
         if self._is_cpu:
             compat.cpu_environment_defaults()
             preload = compat.engine_allocator()
+            environment = compat.cpu_engine_environment()
         args = compat.engine_args(**self._engine_arguments())
         sink = compat.StatSink()
         loop = asyncio.get_running_loop()
@@ -243,7 +245,13 @@ class VLLMBridge(EngineBridge):
         # Shielded: if we are cancelled meanwhile, the engine still comes up in its
         # thread, and must then be shut down rather than leaked.
         starting = asyncio.ensure_future(
-            asyncio.to_thread(compat.start_engine, args, compat.stat_logger_factory(sink), preload)
+            asyncio.to_thread(
+                compat.start_engine,
+                args,
+                compat.stat_logger_factory(sink),
+                preload,
+                environment,
+            )
         )
         try:
             engine = await asyncio.shield(starting)

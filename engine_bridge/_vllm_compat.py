@@ -59,24 +59,51 @@ def engine_allocator() -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def engine_process_environment(preload: str | None) -> Iterator[None]:
-    """``LD_PRELOAD`` holds ``preload`` while the engine's processes are spawned, then
-    is restored: only the engine's children get it (a validator's sandbox does not).
+#: oneDNN's process-wide primitive cache: how many compiled matmul kernels it keeps
+ONEDNN_CACHE_ENV = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+#: its capacity in the CPU engine's processes (oneDNN's default is 1024): enough for the
+#: few distinct weight shapes of a forward pass at several batch sizes, so layers still
+#: share kernels, and small enough that a new batch size costs no memory for good
+ENGINE_ONEDNN_CACHE = 64
 
-    A preload the user already set (tcmalloc or jemalloc) is left alone.
+
+def cpu_engine_environment() -> dict[str, str]:
+    """Environment the CPU engine's processes get on top of the server's (user settings win).
+
+    vLLM's CPU matmuls (oneDNN) compile a kernel per weight shape and batch token
+    count, and oneDNN's process-wide cache keeps up to 1024 of them. A server sees a
+    new batch token count on most prefill steps, so with the default the worker's RSS
+    grows for hours before the cache is full (``bench/engine_rss.py``: +246 MiB over
+    160 batch sizes, still rising; at 64 entries it stays at +72 MiB). vLLM keeps its
+    own 32-entry cache per layer in front of it, so hot shapes are never recompiled.
     """
-    before = os.environ.get("LD_PRELOAD")
-    current = before or ""
+    return {ONEDNN_CACHE_ENV: str(ENGINE_ONEDNN_CACHE)}
+
+
+@contextlib.contextmanager
+def engine_process_environment(
+    preload: str | None, defaults: Mapping[str, str] | None = None
+) -> Iterator[None]:
+    """The environment the engine's processes are spawned with, then restored: only
+    the engine's children get it (a validator's sandbox does not).
+
+    ``LD_PRELOAD`` holds ``preload`` (a preload the user already set, tcmalloc or
+    jemalloc, is left alone); each of ``defaults`` is set unless the user set it.
+    """
+    saved = {name: os.environ.get(name) for name in ("LD_PRELOAD", *(defaults or {}))}
+    current = saved["LD_PRELOAD"] or ""
     if preload is not None and "tcmalloc" not in current and "jemalloc" not in current:
         os.environ["LD_PRELOAD"] = f"{preload}:{current}" if current else preload
+    for name, value in (defaults or {}).items():
+        os.environ.setdefault(name, value)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop("LD_PRELOAD", None)
-        else:
-            os.environ["LD_PRELOAD"] = before
+        for name, before in saved.items():
+            if before is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = before
 
 
 def is_cpu_platform() -> bool:
@@ -354,15 +381,19 @@ def engine_args(**kwargs: Any) -> Any:
 
 
 def start_engine(
-    args: Any, stat_logger_factory: Callable[..., Any], preload: str | None = None
+    args: Any,
+    stat_logger_factory: Callable[..., Any],
+    preload: str | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> Any:
     """An in-process ``AsyncLLM`` (its EngineCore runs in a spawned child process).
 
-    ``preload``: a library its processes (EngineCore and the worker it spawns) preload.
+    ``preload``: a library its processes (EngineCore and the worker it spawns)
+    preload; ``environment``: variables they get unless the user set them.
     """
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    with engine_process_environment(preload):
+    with engine_process_environment(preload, environment):
         return AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger_factory])
 
 

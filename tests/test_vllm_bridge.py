@@ -211,6 +211,18 @@ def test_engine_processes_preload_the_allocator_and_nothing_else_does(
     assert "tcmalloc" not in os.environ.get("LD_PRELOAD", "")
 
 
+@pytest.mark.engine
+def test_engine_processes_cap_onednn_primitive_cache(real_engine: RealEngine) -> None:
+    """The EngineCore and its worker run with oneDNN's cache capped (the server does not)."""
+    want = os.environ.get(compat.ONEDNN_CACHE_ENV, str(compat.ENGINE_ONEDNN_CACHE))
+    procs = [p for pid in real_engine.bridge.engine_core_pids() for p in _process_tree(pid)]
+    assert len(procs) >= 2
+    for pid in procs:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+        assert env.get(compat.ONEDNN_CACHE_ENV.encode()) == want.encode(), pid
+
+
 def test_engine_process_environment_is_scoped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     with compat.engine_process_environment("/lib/libtcmalloc_minimal.so.4"):
@@ -226,6 +238,20 @@ def test_engine_process_environment_is_scoped(monkeypatch: pytest.MonkeyPatch) -
     assert os.environ["LD_PRELOAD"] == "/x/libfoo.so"
     monkeypatch.setenv(compat.ALLOCATOR_ENV, "system")
     assert compat.engine_allocator() is None
+
+
+def test_engine_environment_defaults_are_scoped_and_yield_to_the_user(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    name = compat.ONEDNN_CACHE_ENV
+    monkeypatch.delenv(name, raising=False)
+    with compat.engine_process_environment(None, compat.cpu_engine_environment()):
+        assert os.environ[name] == str(compat.ENGINE_ONEDNN_CACHE)
+    assert name not in os.environ
+    monkeypatch.setenv(name, "512")  # the user's own setting wins, and is kept
+    with compat.engine_process_environment(None, compat.cpu_engine_environment()):
+        assert os.environ[name] == "512"
+    assert os.environ[name] == "512"
 
 
 @pytest.mark.engine
