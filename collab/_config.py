@@ -15,9 +15,11 @@ def _answer(value: object) -> AnswerSpec | None:
     if value is None or isinstance(value, AnswerSpec):
         return value
     if isinstance(value, Mapping):
-        extra = sorted(set(value) - {"choices", "regex"})
+        extra = sorted(set(value) - {"choices", "regex", "extract"})
         if extra:
-            raise InvalidCollaboration(f"answer.{extra[0]}", "unknown field (use choices or regex)")
+            raise InvalidCollaboration(
+                f"answer.{extra[0]}", "unknown field (use choices, regex or extract)"
+            )
         choices = value.get("choices")
         if choices is not None and (
             isinstance(choices, str) or not isinstance(choices, list | tuple)
@@ -26,7 +28,10 @@ def _answer(value: object) -> AnswerSpec | None:
         regex = value.get("regex")
         if regex is not None and not isinstance(regex, str):
             raise InvalidCollaboration("answer.regex", "must be a string")
-        return AnswerSpec(choices=choices, regex=regex)
+        extract = value.get("extract")
+        if extract is not None and not isinstance(extract, str):
+            raise InvalidCollaboration("answer.extract", "must be a string")
+        return AnswerSpec(choices=choices, regex=regex, extract=extract)
     if isinstance(value, list | tuple):
         return AnswerSpec(choices=tuple(value))
     raise InvalidCollaboration("answer", "must be {choices: [...]} or {regex: str}")

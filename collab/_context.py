@@ -191,7 +191,8 @@ class CollaborationContext(Generic[C]):
 
     def normalize(self, text: str) -> str:
         """``text`` as a comparable answer (mapped to a choice when answers are constrained)."""
-        return normalize_answer(text, self.choices)
+        answer = self.config.answer
+        return normalize_answer(text, self.choices, answer.extractor if answer else None)
 
     # -- roles -----------------------------------------------------------------------
     async def spawn(self, agent: str, spec: AgentSpec, role: str | None = None) -> Role:

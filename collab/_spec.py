@@ -15,8 +15,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import attrs
+import regex
 
 from ._errors import InvalidCollaboration
+from ._tally import NUMBER_PATTERN, Extractor
 
 #: Most identical agents one spec (or one graph node) may fan out to.
 MAX_AGENT_COUNT: Final = 64
@@ -301,16 +303,45 @@ def _choices(value: Iterable[str] | None) -> tuple[str, ...] | None:
     return None if value is None else tuple(value)
 
 
+#: ``answer.extract`` presets: name -> the pattern whose last match is the answer
+EXTRACT_PRESETS: dict[str, str] = {"number": NUMBER_PATTERN}
+
+
 @attrs.frozen
 class AnswerSpec:
-    """How answers are constrained: fixed ``choices`` or a ``regex`` (or free text)."""
+    """How answers are constrained (fixed ``choices``, a ``regex``, or free text) and read.
+
+    ``extract`` says which part of a free answer is compared when answers are
+    tallied: a preset (``number``: the last number in the reply) or a regular
+    expression whose last match (its first group, if it has one) is the answer.
+    "3 + 1 = 4" and "The answer is 4." then both count as "4"; numbers compare by
+    value ("1,000" is "1000"); a reply with no match abstains. With ``choices``
+    the answer is already the choice it names.
+    """
 
     choices: tuple[str, ...] | None = attrs.field(default=None, converter=_choices)
     regex: str | None = None
+    extract: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.choices is not None and self.regex is not None:
             raise InvalidCollaboration("answer", "give choices or regex, not both")
+        if self.extract is not None:
+            if self.choices is not None:
+                raise InvalidCollaboration(
+                    "answer.extract", "reads free answers; with choices an answer is its choice"
+                )
+            try:
+                pattern = regex.compile(EXTRACT_PRESETS.get(self.extract, self.extract))
+            except regex.error as exc:
+                raise InvalidCollaboration(
+                    "answer.extract",
+                    f"must be {' or '.join(EXTRACT_PRESETS)} or a regular expression: {exc}",
+                ) from None
+            if pattern.groups > 1:
+                raise InvalidCollaboration(
+                    "answer.extract", "a regular expression with at most one group"
+                )
         if self.choices is not None:
             if not self.choices or not all(isinstance(c, str) and c.strip() for c in self.choices):
                 raise InvalidCollaboration(
@@ -329,3 +360,10 @@ class AnswerSpec:
     @property
     def constrained(self) -> bool:
         return self.choices is not None or self.regex is not None
+
+    @property
+    def extractor(self) -> Extractor | None:
+        """The compiled ``extract`` pattern (a preset resolved), or None."""
+        if self.extract is None:
+            return None
+        return regex.compile(EXTRACT_PRESETS.get(self.extract, self.extract))

@@ -23,23 +23,52 @@ import math
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeAlias
 
 import attrs
+import regex
+
+from ._errors import InvalidCollaboration
+
+#: a compiled ``answer.extract`` pattern (the ``regex`` module's: it can time out)
+Extractor: TypeAlias = "regex.Pattern[str]"
+
+#: the longest one ``answer.extract`` match may take on a reply: a pattern that
+#: backtracks catastrophically fails the collaboration instead of stalling the loop
+EXTRACT_TIMEOUT_S = 0.05
 
 _PUNCT = re.compile(r"[^\w\s.+-]|\.(?!\d)|(?<!\d)\.")
 _SPACE = re.compile(r"\s+")
 _ANSWER_LINE = re.compile(r"(?:final answer|answer)\s*[:=]\s*(.+)", re.IGNORECASE)
 
 
-def normalize_answer(text: str, choices: Sequence[str] | None = None) -> str:
+def normalize_answer(
+    text: str, choices: Sequence[str] | None = None, extract: Extractor | None = None
+) -> str:
     """Normalise a free-text answer so that equal answers compare equal.
 
     With ``choices``, the answer maps to the choice it names (case and
     punctuation insensitive; the first choice found wins), else to "".
-    Without, it takes an explicit "Answer: …" line if there is one, then
+    With ``extract`` (``AnswerSpec.extractor``), the answer is the pattern's last
+    match in the text (its first group, if it has one), else "" (an abstention).
+    Otherwise it takes an explicit "Answer: …" line if there is one, then
     lower-cases, strips punctuation and collapses spaces.
     """
     raw = unicodedata.normalize("NFKC", text).strip()
+    if extract is not None and choices is None:
+        try:
+            matches = list(extract.finditer(raw, timeout=EXTRACT_TIMEOUT_S))
+        except TimeoutError:
+            raise InvalidCollaboration(
+                "answer.extract",
+                f"the pattern took over {EXTRACT_TIMEOUT_S * 1000:.0f} ms on a reply "
+                "(catastrophic backtracking): simplify it",
+            ) from None
+        if not matches:
+            return ""
+        last = matches[-1]
+        found = last.group(1) if extract.groups else last.group(0)
+        return _number(found) or _canon(found)
     if choices is not None:
         canon = {_canon(c): c for c in choices}
         key = _canon(raw)
@@ -56,6 +85,22 @@ def normalize_answer(text: str, choices: Sequence[str] | None = None) -> str:
         raw = match.group(1)
     first_line = raw.splitlines()[0] if raw else ""
     return _canon(first_line)
+
+
+#: a number as written in a reply: an optional sign, optional thousands commas, decimals
+NUMBER_PATTERN = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+_NUMBER = re.compile(NUMBER_PATTERN)
+
+
+def _number(text: str) -> str:
+    """A numeric answer by its value ("+1,000.50" and "1000.5" both "1000.5"), else ""."""
+    text = text.strip()
+    if not _NUMBER.fullmatch(text):
+        return ""
+    value = text.replace(",", "").lstrip("+")
+    if "." in value:
+        value = value.rstrip("0").rstrip(".")
+    return "0" if value in ("-0", "") else value
 
 
 def _canon(text: str) -> str:

@@ -29,12 +29,17 @@ AgentList = Annotated[
 
 
 class AnswerModel(BaseModel):
-    """How answers are constrained: fixed ``choices`` or a ``regex``."""
+    """How answers are constrained (fixed ``choices`` or a ``regex``) and read (``extract``)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     choices: list[str] | None = None
     regex: str | None = None
+    extract: str | None = Field(
+        default=None,
+        description="Which part of a free answer is tallied: number (the reply's last "
+        "number) or a regular expression whose last match (its group, if any) is the answer.",
+    )
 
 
 def _graph_properties(schema: dict[str, Any]) -> None:

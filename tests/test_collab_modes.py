@@ -79,6 +79,29 @@ async def test_vote_direct_majority_and_early_stop() -> None:
     assert types.count("vote") >= 3
 
 
+async def test_vote_tallies_the_extracted_number_of_free_answers() -> None:
+    # three phrasings of 4 and one 5: a whole-reply tally would split them four ways
+    replies = iter(["2 + 2 = 4", "The answer is 4.", "4", "I think 5"])
+
+    def script(prompt: tuple[int, ...], request: EngineRequest) -> str | None:
+        return next(replies)
+
+    async with ScriptedEngine(script=script) as engine:
+        outcome = await collaborate(
+            engine,
+            "vote",
+            "What is 2 + 2?",
+            [AgentSpec("voter", count=4)],
+            answer={"extract": "number"},
+            style="direct",
+            early_stop=False,
+            max_tokens=8,
+        )
+    assert outcome.answer == "4"
+    assert outcome.votes == {"4": 3, "5": 1}
+    assert all(r.sampling.choices is None and r.sampling.regex is None for r in engine.history)
+
+
 async def test_vote_early_stop_prunes_and_aborts() -> None:
     # slow decoding so the late voters are still running when the vote is decided
     def script(prompt: tuple[int, ...], request: EngineRequest) -> str | None:

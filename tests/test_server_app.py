@@ -188,6 +188,24 @@ BAD_INPUTS = [
         id="empty-choices",
     ),
     pytest.param(
+        with_(collaboration={"mode": "vote", "answer": {"extract": "(a)(b)"}}),
+        "collaboration.answer.extract",
+        "at most one group",
+        id="extract-two-groups",
+    ),
+    pytest.param(
+        with_(collaboration={"mode": "vote", "answer": {"extract": "number", "choices": ["a"]}}),
+        "collaboration.answer.extract",
+        "free answers",
+        id="extract-with-choices",
+    ),
+    pytest.param(
+        with_(collaboration={"mode": "vote", "answer": {"extract": "(["}}),
+        "collaboration.answer.extract",
+        "regular expression",
+        id="extract-bad-pattern",
+    ),
+    pytest.param(
         with_(collaboration={"mode": "vote", "warp": 9}),
         "collaboration.warp",
         "unknown option",

@@ -139,3 +139,29 @@ def test_best_of_with_a_validator_runs_over_http(
     assert "validator" in collab["details"]["scored_by"]
     assert isinstance(collab["details"]["valid"], bool)
     real_engine.assert_idle()
+
+
+def test_vote_on_the_extracted_number_runs_over_http(
+    server: LiveServer, real_engine: RealEngine
+) -> None:
+    done = client(server).chat.completions.create(
+        model="default",
+        messages=[{"role": "user", "content": "What is 3 + 4? Reply with the number only."}],
+        max_tokens=12,
+        extra_body={
+            "agents": [{"name": "voter", "count": 3}],
+            "collaboration": {
+                "mode": "vote",
+                "style": "direct",
+                "early_stop": False,
+                "answer": {"extract": "number"},
+            },
+        },
+    )
+    collab: dict[str, Any] = done.model_extra["collaboration"]  # type: ignore[index]
+    votes: dict[str, int] = collab["votes"]
+    # every vote is a bare number (or the reply named none and abstained)
+    assert all(key.lstrip("-").replace(".", "").isdigit() for key in votes), votes
+    assert sum(votes.values()) <= 3
+    assert collab["answer"] == (max(votes, key=lambda k: votes[k]) if votes else "")
+    real_engine.assert_idle()
