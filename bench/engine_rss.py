@@ -12,8 +12,10 @@ One fresh subprocess per allocator:
 - ``glibc``: the system's malloc;
 - ``glibc-fixed-threshold``: glibc with ``MALLOC_TRIM_THRESHOLD_`` set (which fixes
   the mmap threshold: large blocks go back to the kernel at once);
-- ``tcmalloc``: ``LD_PRELOAD`` of the system's tcmalloc, as microagent's engine
-  processes run (``engine_bridge._vllm_compat.engine_allocator``).
+- ``tcmalloc``: ``LD_PRELOAD`` of the system's tcmalloc (``engine_allocator``);
+- ``tcmalloc, oneDNN cache 64``: tcmalloc with oneDNN's process-wide primitive
+  cache capped (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``, default 1024), as microagent's
+  engine processes run (``engine_bridge._vllm_compat.cpu_engine_environment``).
 
 Prints RSS growth and time per call; writes ``bench/results/engine_rss.json``;
 ``--update`` writes BENCHMARKS.md's section. About 2 minutes per allocator.
@@ -75,16 +77,28 @@ def variants() -> dict[str, dict[str, str]]:
         "glibc": {},
         "glibc-fixed-threshold": {"MALLOC_TRIM_THRESHOLD_": "131072"},
     }
-    from microagent.engine_bridge._vllm_compat import engine_allocator
+    from microagent.engine_bridge._vllm_compat import (
+        ENGINE_ONEDNN_CACHE,
+        cpu_engine_environment,
+        engine_allocator,
+    )
 
     lib = engine_allocator()  # the library microagent's engine processes preload
     if lib is not None:
         out["tcmalloc"] = {"LD_PRELOAD": lib}
+        # and the environment they get: oneDNN's cache capped
+        out[f"tcmalloc, oneDNN cache {ENGINE_ONEDNN_CACHE}"] = {
+            "LD_PRELOAD": lib,
+            **cpu_engine_environment(),
+        }
     return out
 
 
 def run_variant(env_changes: dict[str, str], calls: int, every: int, seed: int) -> Any:
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MALLOC_TRIM_THRESHOLD_")}
+    from microagent.engine_bridge._vllm_compat import ONEDNN_CACHE_ENV
+
+    unset = ("LD_PRELOAD", "MALLOC_TRIM_THRESHOLD_", ONEDNN_CACHE_ENV)
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env.update(env_changes)
     args = [str(calls), str(every), str(seed), json.dumps(SHAPES), str(LAYERS)]
     done = subprocess.run(

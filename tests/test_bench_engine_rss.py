@@ -21,6 +21,9 @@ def test_variants_follow_the_engine_s_allocator_choice() -> None:
     assert ("tcmalloc" in got) == (lib is not None)
     if lib is not None:
         assert got["tcmalloc"] == {"LD_PRELOAD": lib}
+        # the environment the engine's processes really get: tcmalloc and oneDNN's cache cap
+        capped = got[f"tcmalloc, oneDNN cache {compat.ENGINE_ONEDNN_CACHE}"]
+        assert capped == {"LD_PRELOAD": lib, **compat.cpu_engine_environment()}
 
 
 def test_table_has_a_row_per_allocator_and_a_column_per_sample() -> None:
