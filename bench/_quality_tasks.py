@@ -268,6 +268,8 @@ FREE: dict[str, Callable[[str, int], list[Item]]] = {
     "sum_free": _sum_free,
     "extract": _extract,
 }
+#: free families whose answer is a number (a client asking them can send answer.extract)
+NUMERIC = frozenset({"sum_free"})
 #: completion budget per free family (a city or a number; a short JSON object)
 MAX_TOKENS: dict[str, int] = {"capital_free": 12, "sum_free": 12, "extract": 48}
 

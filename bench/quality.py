@@ -30,7 +30,10 @@ the question alone, a single sample), as are best-of-N's candidates; ``vote5`` i
 self-consistency over the normalised answers (``vote`` adds "Answer concisely."),
 ``vote5-adaptive`` the same with early-stopping self-consistency's window rule in
 waves of 2 (at 5 voters the Beta rule could stop no earlier than the exact one);
-``best5-self`` best-of-5 judged by the model's P(yes); on ``extract``
+on numeric families (``_quality_tasks.NUMERIC``) the ``-number`` votes tally the
+reply's last number (``answer.extract: number``) instead of the whole reply, so
+"3 + 1 = 4" and "The answer is 4." are one vote for 4; ``best5-self`` best-of-5
+judged by the model's P(yes); on ``extract``
 ``best5-validator`` and ``reflect-validator`` use the JSON-schema validator the
 request carries (``EXTRACT_SCHEMA``), and ``auto5`` gets it too. Votes are not run
 on ``extract``: a vote's answer is the normalised text (lower-cased, punctuation
@@ -131,9 +134,15 @@ FREE_METHODS: dict[str, dict[str, Any]] = {
     "vote3": _vote(3, early_stop=False),  # self-consistency within the 3x token bound
     "vote5": _vote(5, early_stop=False),
     "vote5-adaptive": _vote(5, adaptive="window", wave=2),
+    # numeric families only (``T.NUMERIC``): the tally reads the reply's last number
+    "vote3-number": _vote(3, early_stop=False, answer={"extract": "number"}),
+    "vote5-number": _vote(5, early_stop=False, answer={"extract": "number"}),
+    "vote5-number-adaptive": _vote(5, adaptive="window", wave=2, answer={"extract": "number"}),
     "best5-self": _team("best_of", 5, judge="self"),
     "auto5": _team("auto", 5),
 }
+#: free methods that read a number (``answer.extract: number``): run on numeric families only
+NUMBER_METHODS = frozenset(m for m in FREE_METHODS if m.endswith("-number") or "-number-" in m)
 #: the JSON family (``extract``): no votes (their answer is normalised text, not JSON)
 JSON_METHODS: dict[str, dict[str, Any]] = {
     "greedy": {**_ONE, "temperature": 0.0},
@@ -164,8 +173,8 @@ def methods_for(family: str, chosen: list[str] | None, quick: bool = False) -> l
     if chosen is None:
         if table is METHODS:
             return list(QUICK_METHODS if quick else FULL_METHODS)
-        return list(table)
-    return [m for m in chosen if m in table]
+        chosen = list(table)
+    return [m for m in chosen if m in table and (m not in NUMBER_METHODS or family in T.NUMERIC)]
 
 
 def fields_of(method: str, family: str) -> dict[str, Any]:

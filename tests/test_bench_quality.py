@@ -247,9 +247,14 @@ def test_each_family_kind_runs_the_methods_that_fit_it() -> None:
     assert Q.methods_for("capital", None, quick=True) == list(Q.QUICK_METHODS)
     free, extract = Q.methods_for("sum_free", None), Q.methods_for("extract", None)
     assert free == list(Q.FREE_METHODS) and extract == list(Q.JSON_METHODS)
-    assert {"greedy", "single", "vote3", "vote5", "vote5-adaptive", "best5-self", "auto5"} == set(
-        free
+    assert {"greedy", "single", "vote3", "vote5", "vote5-adaptive", "best5-self", "auto5"} == (
+        set(free) - Q.NUMBER_METHODS
     )
+    assert {"vote3-number", "vote5-number", "vote5-number-adaptive"} == Q.NUMBER_METHODS
+    # the vote on the reply's number runs where answers are numbers, and only there
+    assert set(free) >= Q.NUMBER_METHODS and "sum_free" in T.NUMERIC
+    assert not Q.NUMBER_METHODS & set(Q.methods_for("capital_free", None))
+    assert Q.methods_for("capital_free", ["vote3-number", "vote3"]) == ["vote3"]
     assert {"best5-validator", "reflect-validator"} <= set(extract)
     assert not any(m.startswith("vote") for m in extract)  # a vote's answer is not JSON
     assert Q.methods_for("extract", ["vote5", "single", "best"]) == ["single"]
@@ -272,7 +277,9 @@ def test_free_request_bodies_are_valid_collaborations(family: str, method: str) 
     item = T.family_items(family, 1)[0]
     body = Q.request_of(method, item)
     assert set(body) == {"agents", "collaboration", "temperature", "max_tokens"}
-    assert body["max_tokens"] == T.MAX_TOKENS[family] and "answer" not in body["collaboration"]
+    assert body["max_tokens"] == T.MAX_TOKENS[family]
+    reads_number = method in Q.NUMBER_METHODS
+    assert body["collaboration"].get("answer") == ({"extract": "number"} if reads_number else None)
     options = dict(body["collaboration"])
     mode = options.pop("mode")
     prepare_collaboration(
