@@ -322,6 +322,8 @@ class AnswerSpec:
     choices: tuple[str, ...] | None = attrs.field(default=None, converter=_choices)
     regex: str | None = None
     extract: str | None = None
+    #: the compiled ``extract`` pattern (a preset resolved), or None: compiled once, here
+    extractor: Extractor | None = attrs.field(init=False, default=None, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.choices is not None and self.regex is not None:
@@ -342,6 +344,7 @@ class AnswerSpec:
                 raise InvalidCollaboration(
                     "answer.extract", "a regular expression with at most one group"
                 )
+            object.__setattr__(self, "extractor", pattern)
         if self.choices is not None:
             if not self.choices or not all(isinstance(c, str) and c.strip() for c in self.choices):
                 raise InvalidCollaboration(
@@ -360,10 +363,3 @@ class AnswerSpec:
     @property
     def constrained(self) -> bool:
         return self.choices is not None or self.regex is not None
-
-    @property
-    def extractor(self) -> Extractor | None:
-        """The compiled ``extract`` pattern (a preset resolved), or None."""
-        if self.extract is None:
-            return None
-        return regex.compile(EXTRACT_PRESETS.get(self.extract, self.extract))

@@ -73,7 +73,7 @@ def cpu_engine_environment() -> dict[str, str]:
     vLLM's CPU matmuls (oneDNN) compile a kernel per weight shape and batch token
     count, and oneDNN's process-wide cache keeps up to 1024 of them. A server sees a
     new batch token count on most prefill steps, so with the default the worker's RSS
-    grows for hours before the cache is full (``bench/engine_rss.py``: +246 MiB over
+    grows for hours before the cache is full (``bench/engine_rss.py``: +250 MiB over
     160 batch sizes, still rising; at 64 entries it stays at +72 MiB). vLLM keeps its
     own 32-entry cache per layer in front of it, so hot shapes are never recompiled.
     """
