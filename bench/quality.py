@@ -142,7 +142,11 @@ FREE_METHODS: dict[str, dict[str, Any]] = {
     "auto5": _team("auto", 5),
 }
 #: free methods that read a number (``answer.extract: number``): run on numeric families only
-NUMBER_METHODS = frozenset(m for m in FREE_METHODS if m.endswith("-number") or "-number-" in m)
+NUMBER_METHODS = frozenset(
+    m
+    for m, fields in FREE_METHODS.items()
+    if fields["collaboration"].get("answer", {}).get("extract") == "number"
+)
 #: the JSON family (``extract``): no votes (their answer is normalised text, not JSON)
 JSON_METHODS: dict[str, dict[str, Any]] = {
     "greedy": {**_ONE, "temperature": 0.0},
