@@ -55,7 +55,7 @@ def _graph_properties(schema: dict[str, Any]) -> None:
         "(vote: style, wave, answer_tokens, debias [off|order|labels], "
         "adaptive [off|beta|window], confidence, soft, calibrate [off|position|content]; "
         "debate: layout [auto|threads|transcript]; reflect: validator; cascade: verify; "
-        "best_of: validator, judge [auto|self|off], "
+        "best_of: validator, judge [auto|self|likelihood|off], "
         "judge_instructions, answer_tokens; auto: validator; "
         "graph: nodes, edges, entry, output). ``tools`` names server tools the agents may call."
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
@@ -15,8 +16,8 @@ from microagent.collab import (
     collaboration_modes,
     prepare_collaboration,
 )
-from microagent.collab.modes._best_of import JUDGE_PROMPT
-from microagent.engine_bridge import EngineRequest, ScriptedEngine
+from microagent.collab.modes._best_of import JUDGE_PROMPT, sequence_probability
+from microagent.engine_bridge import EngineRequest, ScriptedEngine, TokenLogprob
 
 pytestmark = pytest.mark.anyio
 
@@ -150,6 +151,75 @@ async def test_judge_with_a_validator_scores_only_the_passing_candidates() -> No
     assert outcome.details["scored_by"] == "validator+self" and outcome.details["judged"] == 2
     invalid = [c for c in outcome.details["candidates"] if not c["valid"]]
     assert len(invalid) == 1 and "score" not in invalid[0]
+
+
+class LikelihoodEngine(ScriptedEngine):
+    """Candidate ``i`` replies ``replies[i]``, every token of it at probability ``believed[i]``."""
+
+    def __init__(self, replies: list[str], believed: list[float]) -> None:
+        self.believed = believed
+        super().__init__(script=lambda _, r: replies[number(r)], decode_time_per_token=0.01)
+
+    def _logprobs(self, request: EngineRequest, token_id: int, k: int) -> TokenLogprob:
+        logprob = math.log(self.believed[number(request)])
+        return TokenLogprob(token_id, logprob, ((token_id, logprob),) if k else ())
+
+
+async def test_likelihood_picks_the_candidate_the_model_found_most_probable() -> None:
+    async with LikelihoodEngine(["alpha", "beta", "gamma"], [0.3, 0.9, 0.6]) as engine:
+        outcome = await collaborate(engine, "best_of", CONTEXT, candidates(3), judge="likelihood")
+        requests = list(engine.history)
+    assert outcome.answer == "beta" and outcome.details["chosen"] == "c1"
+    assert outcome.details["scored_by"] == "likelihood" and outcome.details["judged"] == 0
+    scores = {c["agent"]: c["score"] for c in outcome.details["candidates"]}
+    assert scores == pytest.approx({"c0": 0.3, "c1": 0.9, "c2": 0.6})
+    assert len(requests) == 3  # no judge request: the candidates' own logprobs score them
+    assert all(r.sampling.logprobs == 0 for r in requests)
+
+
+async def test_likelihood_sums_the_probability_of_equal_answers() -> None:
+    """Soft self-consistency: two candidates reading 4 at 0.5 outweigh one reading 5 at 0.9."""
+    replies = ["2 + 2 = 4", "The answer is 4.", "5"]
+    async with LikelihoodEngine(replies, [0.5, 0.5, 0.9]) as engine:
+        outcome = await collaborate(
+            engine,
+            "best_of",
+            CONTEXT,
+            candidates(3),
+            judge="likelihood",
+            answer={"extract": "number"},
+        )
+    assert outcome.answer == "4" and outcome.details["chosen"] in ("c0", "c1")
+    scores = {c["agent"]: c["score"] for c in outcome.details["candidates"]}
+    assert scores == pytest.approx({"c0": 1.0, "c1": 1.0, "c2": 0.9})
+    async with LikelihoodEngine(replies, [0.5, 0.5, 0.9]) as engine:  # as texts: all differ
+        outcome = await collaborate(engine, "best_of", CONTEXT, candidates(3), judge="likelihood")
+    assert outcome.answer == "5"
+
+
+async def test_likelihood_with_a_validator_scores_only_the_passing_candidates() -> None:
+    replies = ['{"name": "a"}', "oops", '{"name": "b"}']
+    async with LikelihoodEngine(replies, [0.4, 0.99, 0.7]) as engine:
+        outcome = await collaborate(
+            engine,
+            "best_of",
+            CONTEXT,
+            candidates(3),
+            validator={"type": "json"},
+            judge="likelihood",
+        )
+    assert json.loads(outcome.answer) == {"name": "b"} and not outcome.early_stopped
+    assert outcome.details["scored_by"] == "validator+likelihood"
+    invalid = [c for c in outcome.details["candidates"] if not c["valid"]]
+    assert len(invalid) == 1 and "score" not in invalid[0]
+
+
+def test_sequence_probability_is_the_geometric_mean_of_the_token_probabilities() -> None:
+    tokens = [TokenLogprob(i, math.log(p), ()) for i, p in enumerate((0.5, 0.125))]
+    assert sequence_probability(tokens) == pytest.approx(0.25)
+    assert sequence_probability(None) == sequence_probability(()) == 0.0  # no evidence
+    unreported = [*tokens, TokenLogprob(9, -math.inf, ())]  # a sampled token vLLM did not rank
+    assert sequence_probability(unreported) == 0.0
 
 
 @pytest.mark.parametrize(

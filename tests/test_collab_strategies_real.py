@@ -69,6 +69,30 @@ def test_best_of_self_judged_scores_with_real_logprobs(real_engine: RealEngine) 
     assert outcome.answer in ("yes", "no")
 
 
+def test_best_of_by_likelihood_scores_with_the_candidates_own_real_logprobs(
+    real_engine: RealEngine,
+) -> None:
+    async def go() -> Outcome:
+        return await collaborate(
+            real_engine.bridge,
+            "best_of",
+            "What is 3 + 4? Reply with the number only.",
+            [AgentSpec("candidate", count=3)],
+            judge="likelihood",
+            answer={"extract": "number"},
+            max_tokens=12,
+        )
+
+    outcome = real_engine.call(go)
+    real_engine.assert_idle()
+    details = outcome.details
+    assert details["scored_by"] == "likelihood" and details["judged"] == 0
+    scores = {c["agent"]: c["score"] for c in details["candidates"]}
+    assert all(0 < s <= 3 for s in scores.values())  # summed over up to 3 equal answers
+    assert scores[details["chosen"]] == max(scores.values())
+    assert [a.requests for a in outcome.agents] == [1, 1, 1]  # no judge request
+
+
 def test_auto_runs_its_strategies_on_the_real_engine(real_engine: RealEngine) -> None:
     closed = run(real_engine, "auto", [AgentSpec("agent", count=3)], answer=["yes", "no"])
     assert closed.details["strategy"] == "soft_vote" and closed.answer in ("yes", "no")

@@ -15,6 +15,15 @@ differ; constrained to ``answer`` when it is set). Candidates are ranked by:
    else the exact text) are judged once, on the first of them to finish; with
    a validator only the passing candidates are judged (all when none passes).
 
+3. the model's likelihood of each candidate (``judge: likelihood``): the
+   geometric mean of its tokens' probabilities, read from the candidate step's
+   own logprobs (no judge request, no extra tokens), summed over the candidates
+   with the same answer (soft self-consistency, Wang et al. 2024): an answer
+   sampled twice at 0.6 outranks one sampled once at 0.9. Answers are grouped
+   as a vote groups them (``ctx.normalize``: the normalised text, the choice,
+   or what ``answer.extract`` reads). With a validator only the passing
+   candidates are scored.
+
 The best is the highest (passes, score); among equals the first to finish.
 ``judge: auto`` judges when there is no validator and not otherwise. With a
 validator and no judge, ``early_stop`` ends the mode at the first candidate
@@ -24,13 +33,14 @@ pruned and their requests aborted.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import anyio
 import attrs
 
-from ...engine_bridge import GenerationResult
+from ...engine_bridge import GenerationResult, TokenLogprob
 from .._agent import Role, Turn
 from .._config import ModeConfig, int_in, one_of
 from .._context import CollaborationContext
@@ -42,7 +52,7 @@ from .._validators import Validator, Verdict, run_validator, validator_from_spec
 
 JUDGE_PROMPT = "Is the answer above correct? Answer yes or no."
 JUDGE_WORDS = ("yes", "no")
-JUDGE_MODES = ("auto", "self", "off")
+JUDGE_MODES = ("auto", "self", "likelihood", "off")
 #: budget of a judge step (one word, constrained)
 JUDGE_TOKENS = 4
 
@@ -74,8 +84,10 @@ class BestOfConfig(ModeConfig):
     Attributes:
         validator: a callable, or an HTTP spec (``{"type": "json_schema", "schema": …}``).
         judge: ``self`` (or ``true``): score candidates by the model's P(yes) to
-            ``judge_instructions``; ``off`` (or ``false``): only the validator;
-            ``auto`` (default): ``self`` without a validator, ``off`` with one.
+            ``judge_instructions``; ``likelihood``: by the model's mean token
+            probability of each candidate, summed per answer (no extra requests);
+            ``off`` (or ``false``): only the validator; ``auto`` (default): ``self``
+            without a validator, ``off`` with one.
         judge_instructions: the yes/no question the judge step answers.
         answer_tokens: budget of a constrained candidate (with ``answer``).
     """
@@ -94,6 +106,11 @@ class BestOfConfig(ModeConfig):
     def judged(self) -> bool:
         """Whether candidates get the model's own judgement."""
         return self.judge == "self" or (self.judge == "auto" and self.validator is None)
+
+    @property
+    def by_likelihood(self) -> bool:
+        """Whether candidates are scored by their own tokens' probabilities."""
+        return self.judge == "likelihood"
 
 
 @attrs.define(eq=False)
@@ -130,7 +147,9 @@ class BestOf(CollaborationOp[BestOfConfig]):
         finished: list[_Candidate] = []
         stopped = False
         stop_at_first_pass = (
-            config.validator is not None and not config.judged and config.early_stop
+            config.validator is not None
+            and not (config.judged or config.by_likelihood)
+            and config.early_stop
         )
 
         async def generate(role: Role) -> None:
@@ -141,6 +160,8 @@ class BestOf(CollaborationOp[BestOfConfig]):
                 max_tokens=config.answer_tokens if constrained else None,
                 constrained=constrained,
             )
+            if config.by_likelihood:  # the sampled tokens' own logprobs, no alternatives
+                sampling = attrs.evolve(sampling, logprobs=0)
             done = await ctx.turn(
                 role, Turn(ctx.prompt(role.spec), sampling, label="candidate", keep=config.judged)
             )
@@ -172,10 +193,16 @@ class BestOf(CollaborationOp[BestOfConfig]):
         if not finished:
             raise ctx.failure("no candidate produced an answer")
         judged = await self._judge_all(ctx, finished) if config.judged else 0
+        if config.by_likelihood:
+            _score_by_likelihood(ctx, finished)
         best = max(finished, key=_Candidate.rank)
         scored_by = "+".join(
             name
-            for name, used in (("validator", config.validator is not None), ("self", judged > 0))
+            for name, used in (
+                ("validator", config.validator is not None),
+                ("self", judged > 0),
+                ("likelihood", config.by_likelihood),
+            )
             if used
         )
         details: dict[str, Any] = {
@@ -231,6 +258,30 @@ class BestOf(CollaborationOp[BestOfConfig]):
         await ctx.emit(
             "validation", role.agent, ok=candidate.score >= 0.5, score=candidate.score, by="self"
         )
+
+
+def sequence_probability(logprobs: Sequence[TokenLogprob] | None) -> float:
+    """The geometric mean of the sampled tokens' probabilities (``logprobs``), in [0, 1].
+
+    Length-normalised so that a longer phrasing of an answer is not penalised for
+    its length; 0 when the engine reported no logprobs.
+    """
+    if not logprobs:
+        return 0.0
+    return math.exp(sum(t.logprob for t in logprobs) / len(logprobs))
+
+
+def _score_by_likelihood(
+    ctx: CollaborationContext[BestOfConfig], candidates: list[_Candidate]
+) -> None:
+    """Each candidate's score: the summed sequence probabilities of its answer's candidates."""
+    pool = [c for c in candidates if c.verdict is None or c.verdict.ok] or candidates
+    mass: dict[str, float] = {}
+    for c in pool:
+        key = ctx.normalize(c.text)
+        mass[key] = mass.get(key, 0.0) + sequence_probability(c.result.logprobs)
+    for c in pool:
+        c.score = mass[ctx.normalize(c.text)]
 
 
 def _answer(ctx: CollaborationContext[BestOfConfig], text: str) -> str:
