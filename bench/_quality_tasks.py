@@ -15,7 +15,11 @@ on even items and the second on odd ones; on yes/no families half are "yes".
 - ``opposite``: "What is the opposite of <word>?" with the antonym and another word;
 - ``temperature``: "Is <thing> hot or cold?" (short classification);
 - ``size``: "Which is bigger, a <big thing> or a <small thing>?" (comparison, world knowledge);
-- ``colour``: "Is <word> a colour or an animal?" (short classification).
+- ``colour``: "Is <word> a colour or an animal?" (short classification);
+- ``capital_of``, ``country_of``, ``sound``, ``colour_of``: knowledge the model shows in
+  free answers, asked closed ("What is the capital of <country>?", "<city> is the
+  capital of which country?", "What sound does a <animal> make?", "What colour is
+  <thing>?"), the right value against another of the table starting with another letter.
 
 Free-answer families (``FREE``: no choices, ``Item.choices == ()``, chance 0;
 ``grade`` scores an answer):
@@ -23,6 +27,9 @@ Free-answer families (``FREE``: no choices, ``Item.choices == ()``, chance 0;
 - ``capital_free``: "What is the capital of <country>? Reply with the city's name
   only." — every country equally often (a shuffled deck per 20 items); right when
   the reply names the city and no other capital (the model answers in sentences);
+- ``country_free``: "<city> is the capital of which country? Reply with the country's
+  name only." — the reverse question, every capital equally often; right when the
+  reply names the country and no other (``London`` must be answered ``England``);
 - ``sum_free``: "What is a + b? Reply with the number only." with a, b in 1..20 —
   half the items need a carry (units digits summing to 10 or more), on odd items;
   right when the reply's last number is the sum ("3 + 1 = 4");
@@ -34,8 +41,9 @@ Free-answer families (``FREE``: no choices, ``Item.choices == ()``, chance 0;
 Each family has a kind (``kind``: ``closed``, ``free`` or ``json``), which decides
 the methods that fit it, and free families a completion budget (``MAX_TOKENS``).
 
-The closed families the bench reports are those where a single call is above chance
-(``bench/quality.py`` measured it; ``FAMILIES`` keeps them, ``PROBED`` all).
+The closed families the bench reports by default (``FAMILIES``; ``PROBED`` has all) are
+those where the published configuration was chosen; at 200 items a single call is above
+chance on none of them, nor on the knowledge families (BENCHMARKS.md says so).
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from _accuracy_tasks import Item
-from _collab_tasks import _CAPITALS, _OPPOSITES
+from _collab_tasks import _CAPITALS, _COLORS, _OPPOSITES, _SOUNDS
 from microagent.collab._tally import normalize_answer
 from microagent.collab._validators import extract_json, json_schema_validator
 
@@ -143,6 +151,27 @@ def _opposite(rng: random.Random, i: int) -> Item:
     return Item(f"opposite-{i}", "opposite", f"What is the opposite of {word}?", choices, right)
 
 
+def _recall(
+    family: str, table: dict[str, str], question: str
+) -> Callable[[random.Random, int], Item]:
+    """A knowledge family: ``question`` about a key of ``table``, its value against another.
+
+    The wrong choice is another value of the table that starts with another letter, so
+    the two choices differ in their first token (what a one-token soft vote reads).
+    """
+
+    def make(rng: random.Random, i: int) -> Item:
+        key = rng.choice(sorted(table))
+        right = table[key]
+        wrong = rng.choice(sorted({v for v in table.values() if v[0] != right[0]}))
+        return _binary(family, i, question.format(key), right, wrong, rng)
+
+    return make
+
+
+_COUNTRIES = {city: country for country, city in _CAPITALS.items()}
+
+
 def _binary(family: str, i: int, question: str, right: str, wrong: str, rng: random.Random) -> Item:
     return Item(f"{family}-{i}", family, question, _two(rng, i, right, wrong), right)
 
@@ -178,6 +207,10 @@ PROBED: dict[str, Callable[[random.Random, int], Item]] = {
     "temperature": _temperature,
     "size": _size,
     "colour": _colour,
+    "capital_of": _recall("capital_of", _CAPITALS, "What is the capital of {}?"),
+    "country_of": _recall("country_of", _COUNTRIES, "{} is the capital of which country?"),
+    "sound": _recall("sound", _SOUNDS, "What sound does a {} make?"),
+    "colour_of": _recall("colour_of", _COLORS, "What colour is {}?"),
 }
 #: the families reported (a single call above chance on each; see the module docstring)
 FAMILIES: tuple[str, ...] = ("capital", "opposite", "sum", "category", "temperature")
@@ -217,18 +250,20 @@ def _dealt(rng: random.Random, pool: Sequence[_T], n: int) -> list[_T]:
     return out[:n]
 
 
-def _capital_free(key: str, n: int) -> list[Item]:
-    countries = _dealt(random.Random(key), sorted(_CAPITALS), n)
-    return [
-        Item(
-            f"capital_free-{i}",
-            "capital_free",
-            f"What is the capital of {country}? Reply with the city's name only.",
-            (),
-            _CAPITALS[country],
-        )
-        for i, country in enumerate(countries)
-    ]
+def _recall_free(
+    family: str, table: dict[str, str], question: str
+) -> Callable[[str, int], list[Item]]:
+    """A free knowledge family: ``question`` about every key of ``table`` equally often
+    (dealt as decks), answered by its value."""
+
+    def make(key: str, n: int) -> list[Item]:
+        keys = _dealt(random.Random(key), sorted(table), n)
+        return [
+            Item(f"{family}-{i}", family, question.format(k), (), table[k])
+            for i, k in enumerate(keys)
+        ]
+
+    return make
 
 
 def _sum_free(key: str, n: int) -> list[Item]:
@@ -264,14 +299,26 @@ def _extract(key: str, n: int) -> list[Item]:
 
 #: free-answer families: name -> the first ``n`` items for a seed key
 FREE: dict[str, Callable[[str, int], list[Item]]] = {
-    "capital_free": _capital_free,
+    "capital_free": _recall_free(
+        "capital_free", _CAPITALS, "What is the capital of {}? Reply with the city's name only."
+    ),
+    "country_free": _recall_free(
+        "country_free",
+        _COUNTRIES,
+        "{} is the capital of which country? Reply with the country's name only.",
+    ),
     "sum_free": _sum_free,
     "extract": _extract,
 }
 #: free families whose answer is a number (a client asking them can send answer.extract)
 NUMERIC = frozenset({"sum_free"})
 #: completion budget per free family (a city or a number; a short JSON object)
-MAX_TOKENS: dict[str, int] = {"capital_free": 12, "sum_free": 12, "extract": 48}
+MAX_TOKENS: dict[str, int] = {
+    "capital_free": 12,
+    "country_free": 12,
+    "sum_free": 12,
+    "extract": 48,
+}
 
 
 def kind(family: str) -> str:
@@ -316,6 +363,8 @@ def grade(item: Item, answer: str) -> dict[str, Any]:
         return {"correct": answer == item.answer}
     if item.family == "sum_free":
         return {"correct": _last_number(answer, item.answer)}
+    if item.family == "country_free":
+        return {"correct": _names_only(answer, item.answer, sorted(_CAPITALS))}
     if kind(item.family) != "json":
         return {"correct": _names_only(answer, item.answer, sorted(set(_CAPITALS.values())))}
     truth = json.loads(item.answer)

@@ -33,7 +33,10 @@ waves of 2 (at 5 voters the Beta rule could stop no earlier than the exact one);
 on numeric families (``_quality_tasks.NUMERIC``) the ``-number`` votes tally the
 reply's last number (``answer.extract: number``) instead of the whole reply, so
 "3 + 1 = 4" and "The answer is 4." are one vote for 4; ``best5-self`` best-of-5
-judged by the model's P(yes); on ``extract``
+judged by the model's P(yes); ``best2-likelihood`` and ``best3-likelihood`` best-of-N
+scored by the candidates' own likelihood, summed per answer (``judge: likelihood``,
+soft self-consistency: no judge request; ``best2-likelihood`` is published for free
+answers as ``bench/results/quality_best_free.json``); on ``extract``
 ``best5-validator`` and ``reflect-validator`` use the JSON-schema validator the
 request carries (``EXTRACT_SCHEMA``), and ``auto5`` gets it too. Votes are not run
 on ``extract``: a vote's answer is the normalised text (lower-cased, punctuation
@@ -75,6 +78,8 @@ from accuracy import outcome_row  # noqa: E402
 
 RESULTS = HERE / "results"
 BEST = RESULTS / "quality_best.json"
+#: the published free-answer configuration: ``FREE_METHODS["best2-likelihood"]``'s fields
+BEST_FREE = RESULTS / "quality_best_free.json"
 TEMPERATURE = 0.7
 MAX_TOKENS = 8
 CONCURRENCY = 8  # collaborations in flight at once (the engine batches their requests)
@@ -139,6 +144,12 @@ FREE_METHODS: dict[str, dict[str, Any]] = {
     "vote5-number": _vote(5, early_stop=False, answer={"extract": "number"}),
     "vote5-number-adaptive": _vote(5, adaptive="window", wave=2, answer={"extract": "number"}),
     "best5-self": _team("best_of", 5, judge="self"),
+    # the candidates' own likelihood, summed per answer (soft self-consistency): no judge step
+    "best2-likelihood": json.loads(BEST_FREE.read_text()),  # published for free answers
+    "best3-likelihood": _team("best_of", 3, judge="likelihood"),
+    "best3-likelihood-number": _team(
+        "best_of", 3, judge="likelihood", answer={"extract": "number"}
+    ),
     "auto5": _team("auto", 5),
 }
 #: free methods that read a number (``answer.extract: number``): run on numeric families only
@@ -153,6 +164,10 @@ JSON_METHODS: dict[str, dict[str, Any]] = {
     "single": _ONE,
     "best5-self": _team("best_of", 5, judge="self"),
     "best5-validator": _team("best_of", 5, validator=SCHEMA_VALIDATOR),
+    "best3-likelihood": _team("best_of", 3, judge="likelihood"),
+    "best3-likelihood-validator": _team(
+        "best_of", 3, judge="likelihood", validator=SCHEMA_VALIDATOR
+    ),
     "reflect-validator": {
         "agents": [{"name": "drafter"}, {"name": "critic"}],
         "collaboration": {"mode": "reflect", "validator": SCHEMA_VALIDATOR},
@@ -208,7 +223,7 @@ def request_of(method: str, item: Item) -> dict[str, Any]:
         budget = fields.get("max_tokens", MAX_TOKENS)
     else:
         budget = T.MAX_TOKENS[item.family]
-        if collaboration["mode"] == "vote":
+        if collaboration["mode"] == "vote" or "answer" in collaboration:
             collaboration.setdefault("answer_tokens", budget)
     return {
         "agents": fields["agents"],

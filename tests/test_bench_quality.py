@@ -72,6 +72,15 @@ def test_the_published_configuration_is_exactly_the_request_fields() -> None:
     assert block is not None and json.loads(block.group(1)) == best  # the page shows the file
 
 
+def test_the_published_free_configuration_is_the_measured_method_and_shown() -> None:
+    best = json.loads(Q.BEST_FREE.read_text())
+    assert set(best) == {"agents", "collaboration"} and "answer" not in best["collaboration"]
+    assert Q.FREE_METHODS["best2-likelihood"] == best  # the bench measures the file
+    page = (ROOT / "docs" / "quality.md").read_text()
+    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", page, re.S)]
+    assert best in blocks
+
+
 def _rows(method: str, family: str, correct: list[bool], tokens: float) -> list[dict[str, Any]]:
     return [
         {
@@ -247,10 +256,23 @@ def test_each_family_kind_runs_the_methods_that_fit_it() -> None:
     assert Q.methods_for("capital", None, quick=True) == list(Q.QUICK_METHODS)
     free, extract = Q.methods_for("sum_free", None), Q.methods_for("extract", None)
     assert free == list(Q.FREE_METHODS) and extract == list(Q.JSON_METHODS)
-    assert {"greedy", "single", "vote3", "vote5", "vote5-adaptive", "best5-self", "auto5"} == (
-        set(free) - Q.NUMBER_METHODS
-    )
-    assert {"vote3-number", "vote5-number", "vote5-number-adaptive"} == Q.NUMBER_METHODS
+    assert {
+        "greedy",
+        "single",
+        "vote3",
+        "vote5",
+        "vote5-adaptive",
+        "best5-self",
+        "best2-likelihood",
+        "best3-likelihood",
+        "auto5",
+    } == set(free) - Q.NUMBER_METHODS
+    assert {
+        "vote3-number",
+        "vote5-number",
+        "vote5-number-adaptive",
+        "best3-likelihood-number",
+    } == Q.NUMBER_METHODS
     # the vote on the reply's number runs where answers are numbers, and only there
     assert set(free) >= Q.NUMBER_METHODS and "sum_free" in T.NUMERIC
     assert not Q.NUMBER_METHODS & set(Q.methods_for("capital_free", None))
@@ -261,7 +283,7 @@ def test_each_family_kind_runs_the_methods_that_fit_it() -> None:
     assert Q.methods_for("capital", ["vote5-adaptive", "best"]) == ["best"]
     assert Q.parse_families("") == T.FAMILIES
     assert Q.parse_families("free") == tuple(T.FREE)
-    assert Q.parse_families("capital_free,sum_free,extract") == tuple(T.FREE)
+    assert Q.parse_families("capital_free,country_free,sum_free,extract") == tuple(T.FREE)
     assert Q.parse_families("all,sum") == tuple(T.PROBED)
     with pytest.raises(KeyError):
         Q.parse_families("capital,nope")
@@ -287,10 +309,10 @@ def test_free_request_bodies_are_valid_collaborations(family: str, method: str) 
         body["agents"],
         {**options, "temperature": body["temperature"], "max_tokens": body["max_tokens"]},
     )  # raises InvalidCollaboration on a bad body
-    if mode == "vote":
+    if mode == "vote" or reads_number:
         assert options["answer_tokens"] == T.MAX_TOKENS[family]  # a direct voter's budget
     validated = method in ("best5-validator", "reflect-validator") or (
-        family == "extract" and method == "auto5"
+        family == "extract" and method in ("auto5", "best3-likelihood-validator")
     )
     assert ("validator" in options) == validated
     if validated:

@@ -18,7 +18,9 @@ from test_server_helpers import LiveServer, live_server
 
 pytestmark = pytest.mark.engine
 
-BEST = Path(__file__).resolve().parents[1] / "bench" / "results" / "quality_best.json"
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
+BEST = RESULTS / "quality_best.json"
+BEST_FREE = RESULTS / "quality_best_free.json"
 QUESTION = [{"role": "user", "content": "Is a dog an animal or a fruit?"}]
 CHOICES = ["animal", "fruit"]
 #: strategy -> (agents, collaboration without answer.choices, what details must show)
@@ -70,6 +72,11 @@ STRATEGIES: dict[str, tuple[list[dict[str, Any]], dict[str, Any], str]] = {
         {"mode": "best_of", "judge": "self"},
         "candidates",
     ),
+    "best_of likelihood": (
+        [{"name": "candidate", "count": 2}],
+        {"mode": "best_of", "judge": "likelihood"},
+        "candidates",
+    ),
     "auto": ([{"name": "agent", "count": 2}], {"mode": "auto"}, "strategy"),
 }
 
@@ -113,6 +120,26 @@ def test_the_published_configuration_works_as_it_is_through_extra_body(
     assert [p["p"] is not None for p in soft["content_priors"]] == [True, True]  # one per order
     assert all(a["completion_tokens"] <= 2 for a in collab["agents"])  # one-token steps
     assert len(collab["agents"]) == best["agents"][0]["count"]
+    real_engine.assert_idle()
+
+
+def test_the_published_free_configuration_works_as_it_is_through_extra_body(
+    server: LiveServer, real_engine: RealEngine
+) -> None:
+    best = json.loads(BEST_FREE.read_text())
+    done = client(server).chat.completions.create(
+        model="default",
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=12,
+        extra_body=best,
+    )
+    collab: dict[str, Any] = done.model_extra["collaboration"]  # type: ignore[index]
+    details = collab["details"]
+    assert details["scored_by"] == "likelihood" and details["judged"] == 0
+    assert len(details["candidates"]) == best["agents"][0]["count"]
+    chosen = next(c for c in details["candidates"] if c["agent"] == details["chosen"])
+    assert done.choices[0].message.content == chosen["answer"] == collab["answer"]
+    assert chosen["score"] == max(c["score"] for c in details["candidates"])
     real_engine.assert_idle()
 
 
