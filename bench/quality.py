@@ -147,6 +147,7 @@ FREE_METHODS: dict[str, dict[str, Any]] = {
     # the candidates' own likelihood, summed per answer (soft self-consistency): no judge step
     "best2-likelihood": json.loads(BEST_FREE.read_text()),  # published for free answers
     "best3-likelihood": _team("best_of", 3, judge="likelihood"),
+    "best5-likelihood": _team("best_of", 5, judge="likelihood"),  # best5-self's budget
     "best3-likelihood-number": _team(
         "best_of", 3, judge="likelihood", answer={"extract": "number"}
     ),

@@ -265,6 +265,7 @@ def test_each_family_kind_runs_the_methods_that_fit_it() -> None:
         "best5-self",
         "best2-likelihood",
         "best3-likelihood",
+        "best5-likelihood",
         "auto5",
     } == set(free) - Q.NUMBER_METHODS
     assert {
@@ -349,7 +350,7 @@ def test_free_methods_run_end_to_end_on_the_scripted_engine() -> None:
             assert row["valid"] and row["fields"] == 1.0
     strategies = {(r["family"], r["method"]): r.get("strategy") for r in rows}
     assert strategies[("extract", "auto5")] == "best_of_validator"
-    assert strategies[("sum_free", "auto5")] == "best_of_self"
+    assert strategies[("sum_free", "auto5")] == "best_of_likelihood"
     assert strategies[("sum_free", "single")] == "single"
 
 

@@ -34,7 +34,7 @@ def agents(n: int) -> list[AgentSpec]:
         ({"answer": {"regex": "[0-9]+"}}, 5, "vote"),
         ({"validator": {"type": "json"}}, 5, "best_of_validator"),
         ({}, 1, "single"),
-        ({}, 3, "best_of_self"),
+        ({}, 3, "best_of_likelihood"),
     ],
 )
 def test_the_rule_picks_a_strategy_from_the_question_form(
@@ -98,12 +98,13 @@ async def test_choices_sharing_a_first_token_run_a_soft_vote_over_letters() -> N
     assert offered == {("A", "B")} and outcome.answer in choices
 
 
-async def test_free_answers_run_best_of_judged_by_the_model() -> None:
+async def test_free_answers_run_best_of_scored_by_likelihood() -> None:
     async with ScriptedEngine() as engine:
         outcome = await collaborate(engine, "auto", CONTEXT, agents(3))
-        judged = [r for r in engine.history if r.sampling.choices == ("yes", "no")]
-    assert outcome.details["strategy"] == "best_of_self"
-    assert outcome.details["scored_by"] == "self" and len(judged) == outcome.details["judged"]
+        requests = list(engine.history)
+    assert outcome.details["strategy"] == "best_of_likelihood"
+    assert outcome.details["scored_by"] == "likelihood" and outcome.details["judged"] == 0
+    assert len(requests) == 3 and all(r.sampling.logprobs == 0 for r in requests)
     assert outcome.answer == next(
         c["answer"]
         for c in outcome.details["candidates"]

@@ -108,6 +108,9 @@ def test_auto_runs_its_strategies_on_the_real_engine(real_engine: RealEngine) ->
     )
     assert checked.details["strategy"] == "best_of_validator"
     assert isinstance(checked.details["valid"], bool)
+    free = run(real_engine, "auto", [AgentSpec("agent", count=2)], max_tokens=12)
+    assert free.details["strategy"] == "best_of_likelihood" and free.details["judged"] == 0
+    assert all(0 < c["score"] <= 2 for c in free.details["candidates"])
 
 
 @pytest.mark.parametrize("debias", ["order", "labels"])

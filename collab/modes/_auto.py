@@ -19,8 +19,11 @@ The rule (the first that matches; ``k`` choices, ``n`` agents):
    vote of the normalised answers (``vote``, ``style: auto``).
 4. a ``validator`` (a free answer that can be checked): ``best_of`` scored by
    the validator, stopping at the first candidate that passes.
-5. a free answer: ``n == 1``: a single sample; ``n > 1``: ``best_of`` judged by
-   the model itself (its P(yes) that each candidate is correct).
+5. a free answer: ``n == 1``: a single sample; ``n > 1``: ``best_of`` scored by
+   the candidates' own likelihood, summed per answer (``judge: likelihood``, soft
+   self-consistency). Measured against the model's P(yes) judgement at five
+   candidates (``bench/quality.py --out quality_judges``): better on two free
+   families, level on the third, with no judge request.
 
 The chosen mode runs with the request's agents and the shared options
 (``early_stop``, ``answer``, ``max_tokens``, ``temperature``, ``timeout``).
@@ -50,7 +53,7 @@ STRATEGIES = (
     "soft_vote_labels",
     "vote",
     "best_of_validator",
-    "best_of_self",
+    "best_of_likelihood",
     "single",
 )
 #: Rule 1's options: ``bench/results/quality_best.json``'s collaboration fields.
@@ -162,9 +165,12 @@ def plan(config: AutoConfig, agents: Sequence[AgentSpec], *, distinct_first: boo
         return Plan("best_of_validator", why, BestOf(), best, options)
     if n == 1:
         return Plan("single", "a free answer and one agent: a single sample", None, config, {})
-    options = {"judge": "self"}
-    why = f"a free answer, {n} agents, no validator: best-of-N judged by the model's P(yes)"
-    return Plan("best_of_self", why, BestOf(), BestOfConfig(**shared, **options), options)
+    options = {"judge": "likelihood"}
+    why = (
+        f"a free answer, {n} agents, no validator: best-of-N scored by the candidates' "
+        "own likelihood, summed per answer"
+    )
+    return Plan("best_of_likelihood", why, BestOf(), BestOfConfig(**shared, **options), options)
 
 
 class Auto(CollaborationOp[AutoConfig]):
