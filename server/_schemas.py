@@ -56,7 +56,8 @@ def _graph_properties(schema: dict[str, Any]) -> None:
         "adaptive [off|beta|window], confidence, soft, calibrate [off|position|content]; "
         "debate: layout [auto|threads|transcript]; reflect: validator; cascade: verify; "
         "best_of: validator, judge [auto|self|likelihood|off], "
-        "judge_instructions, answer_tokens; auto: validator; "
+        "judge_instructions, answer_tokens, wave, adaptive (with judge likelihood); "
+        "auto: validator; "
         "graph: nodes, edges, entry, output). ``tools`` names server tools the agents may call."
     )
 

@@ -1,4 +1,4 @@
-"""A ScriptedEngine whose constrained answers come with chosen probabilities (soft votes, judges).
+"""ScriptedEngines whose answers come with chosen probabilities (soft votes, judges, likelihood).
 
 ``probs(request)`` gives, for a request constrained to choices, the probability
 of each allowed text; the engine answers the most likely one and reports those
@@ -10,7 +10,8 @@ with the toy tokenizer.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 
 from microagent.engine_bridge import EngineRequest, ScriptedEngine, TokenLogprob
 
@@ -38,3 +39,26 @@ class ProbEngine(ScriptedEngine):
             key=lambda item: -item[1],
         )[:k]
         return TokenLogprob(token_id, dict(top).get(token_id, -math.inf), tuple(top))
+
+
+class LikelihoodEngine(ScriptedEngine):
+    """Candidate ``i`` (its instructions say "candidate number i") replies ``replies[i]``,
+    every token of it, the end token included, at probability ``believed[i]``: so its
+    geometric-mean probability is exactly ``believed[i]``."""
+
+    CANDIDATE = re.compile(r"candidate number (\d+)")
+
+    def __init__(self, replies: Sequence[str], believed: Sequence[float]) -> None:
+        self.believed = believed
+        super().__init__(
+            script=lambda _, r: replies[self.candidate(r)],
+            decode_time_per_token=0.01,
+            prefill_time_per_token=0.0001,
+        )
+
+    def candidate(self, request: EngineRequest) -> int:
+        return int(self.CANDIDATE.findall(request.prompt.text)[0])
+
+    def _logprobs(self, request: EngineRequest, token_id: int, k: int) -> TokenLogprob:
+        logprob = math.log(self.believed[self.candidate(request)])
+        return TokenLogprob(token_id, logprob, ((token_id, logprob),) if k else ())

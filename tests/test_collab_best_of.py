@@ -7,7 +7,7 @@ import math
 import re
 
 import pytest
-from _prob_engine import ProbEngine
+from _prob_engine import LikelihoodEngine, ProbEngine
 from microagent.collab import (
     AgentSpec,
     CollaborationEvent,
@@ -153,18 +153,6 @@ async def test_judge_with_a_validator_scores_only_the_passing_candidates() -> No
     assert len(invalid) == 1 and "score" not in invalid[0]
 
 
-class LikelihoodEngine(ScriptedEngine):
-    """Candidate ``i`` replies ``replies[i]``, every token of it at probability ``believed[i]``."""
-
-    def __init__(self, replies: list[str], believed: list[float]) -> None:
-        self.believed = believed
-        super().__init__(script=lambda _, r: replies[number(r)], decode_time_per_token=0.01)
-
-    def _logprobs(self, request: EngineRequest, token_id: int, k: int) -> TokenLogprob:
-        logprob = math.log(self.believed[number(request)])
-        return TokenLogprob(token_id, logprob, ((token_id, logprob),) if k else ())
-
-
 async def test_likelihood_picks_the_candidate_the_model_found_most_probable() -> None:
     async with LikelihoodEngine(["alpha", "beta", "gamma"], [0.3, 0.9, 0.6]) as engine:
         outcome = await collaborate(engine, "best_of", CONTEXT, candidates(3), judge="likelihood")
@@ -214,6 +202,29 @@ async def test_likelihood_with_a_validator_scores_only_the_passing_candidates() 
     assert len(invalid) == 1 and "score" not in invalid[0]
 
 
+async def test_adaptive_likelihood_stops_once_the_leader_cannot_be_overtaken() -> None:
+    """After the first wave 7 holds 1.8 and one candidate is left (at most 1 more): decided."""
+    async with LikelihoodEngine(["7", "7", "8"], [0.9, 0.9, 0.99]) as engine:
+        outcome = await collaborate(
+            engine, "best_of", CONTEXT, candidates(3), judge="likelihood", adaptive=True
+        )
+        asked = [engine.candidate(r) for r in engine.history]
+        assert engine.live_requests() == frozenset()
+    assert outcome.answer == "7" and outcome.early_stopped
+    assert outcome.details["stopped_by"] == "adaptive" and outcome.details["samples"] == 2
+    assert sorted(asked) == [0, 1]  # the third candidate was never started
+    assert [a.finish_reason for a in outcome.agents] == ["stop", "stop", "pruned"]
+
+
+async def test_adaptive_likelihood_goes_on_while_the_rest_could_change_the_answer() -> None:
+    async with LikelihoodEngine(["7", "8", "8"], [0.9, 0.6, 0.6]) as engine:
+        outcome = await collaborate(
+            engine, "best_of", CONTEXT, candidates(3), judge="likelihood", adaptive=True
+        )
+    assert outcome.answer == "8" and not outcome.early_stopped  # 1.2 against 0.9
+    assert outcome.details["samples"] == 3 and "stopped_by" not in outcome.details
+
+
 def test_sequence_probability_is_the_geometric_mean_of_the_token_probabilities() -> None:
     tokens = [TokenLogprob(i, math.log(p), ()) for i, p in enumerate((0.5, 0.125))]
     assert sequence_probability(tokens) == pytest.approx(0.25)
@@ -230,6 +241,9 @@ def test_sequence_probability_is_the_geometric_mean_of_the_token_probabilities()
         ({"judge_instructions": ""}, "collaboration.judge_instructions"),
         ({"validator": {"type": "yaml"}}, "collaboration.validator.type"),
         ({"answer_tokens": 0}, "collaboration.answer_tokens"),
+        ({"adaptive": True}, "collaboration.adaptive"),  # its bound needs likelihood scores
+        ({"adaptive": True, "judge": "self"}, "collaboration.adaptive"),
+        ({"wave": -1}, "collaboration.wave"),
     ],
 )
 async def test_bad_best_of_options_name_their_field(options: dict[str, object], field: str) -> None:

@@ -1,7 +1,8 @@
 """Property tests of collaborations on the ScriptedEngine, in trio's virtual time.
 
 Early-stopped votes return exactly what the full vote returns on the same
-outputs; pruned voters' engine requests are aborted; no actor outlives its
+outputs; an adaptive best-of by likelihood returns what all its candidates
+would; pruned voters' engine requests are aborted; no actor outlives its
 collaboration; cancelling from outside leaves no live engine request.
 """
 
@@ -12,7 +13,8 @@ import re
 import anyio
 import trio
 import trio.testing
-from hypothesis import HealthCheck, given, settings
+from _prob_engine import LikelihoodEngine
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from microagent.actors import Runtime
 from microagent.collab import AgentSpec, CollaborationEvent, collaborate, majority
@@ -234,5 +236,72 @@ def test_roles_exchange_handles_through_mailboxes() -> None:
         for agent in outcome.agents:
             assert agent.messages == agent.requests == 2
         assert [e.type for e in events].count("round") == 2
+
+    run_virtual(main)
+
+
+def _mass(answers: list[str], probs: list[float]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for a, p in zip(answers, probs, strict=True):
+        out[a] = out.get(a, 0.0) + p
+    return out
+
+
+@st.composite
+def likelihood_cases(draw: st.DrawFn) -> tuple[list[str], list[float], list[int], int]:
+    n = draw(st.integers(1, 7))
+    answers = draw(st.lists(st.sampled_from(["7", "8", "9"]), min_size=n, max_size=n))
+    probs = draw(
+        st.lists(st.sampled_from([0.2, 0.35, 0.5, 0.65, 0.8, 0.95]), min_size=n, max_size=n)
+    )
+    lengths = draw(st.lists(st.integers(0, 6), min_size=n, max_size=n))
+    return answers, probs, lengths, draw(st.integers(1, 3))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(likelihood_cases())
+def test_adaptive_best_of_answers_what_every_candidate_would(
+    case: tuple[list[str], list[float], list[int], int],
+) -> None:
+    """It stops at the first wave after which the leader's lead exceeds what the candidates
+    left could add (1 each), and its answer is the full sample's most probable answer."""
+    answers, probs, lengths, wave = case
+    full = _mass(answers, probs)
+    ranked = sorted(full.values(), reverse=True)
+    assume(len(ranked) == 1 or ranked[0] - ranked[1] > 1e-9)  # ties go by finish order
+    expected = max(full, key=lambda a: full[a])
+    used = len(answers)
+    for k in range(wave, len(answers), wave):
+        seen = [*sorted(_mass(answers[:k], probs[:k]).values(), reverse=True), 0.0]
+        if seen[0] > seen[1] + (len(answers) - k):
+            used = k
+            break
+    replies = [" ".join(["so"] * w + [f"it is {a}"]) for a, w in zip(answers, lengths, strict=True)]
+    specs = [
+        AgentSpec(f"c{i}", instructions=f"You are candidate number {i}.")
+        for i in range(len(answers))
+    ]
+
+    async def main() -> None:
+        engine = LikelihoodEngine(replies, probs)
+        async with engine, Runtime(engine=engine) as rt:
+            outcome = await collaborate(
+                engine,
+                "best_of",
+                "Decide.",
+                specs,
+                runtime=rt,
+                judge="likelihood",
+                adaptive=True,
+                wave=wave,
+                answer={"extract": "number"},
+                max_tokens=16,
+            )
+            assert outcome.answer == expected
+            assert outcome.details["samples"] == used == len(engine.history)
+            assert outcome.early_stopped == (used < len(answers))
+            assert engine.live_requests() == frozenset()
+            assert await engine.wait_idle(5)
+            assert rt.actors() == []
 
     run_virtual(main)

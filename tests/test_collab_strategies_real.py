@@ -93,6 +93,26 @@ def test_best_of_by_likelihood_scores_with_the_candidates_own_real_logprobs(
     assert [a.requests for a in outcome.agents] == [1, 1, 1]  # no judge request
 
 
+def test_adaptive_best_of_with_a_greedy_candidate_runs_on_the_real_engine(
+    real_engine: RealEngine,
+) -> None:
+    agents = [AgentSpec("greedy", temperature=0.0), AgentSpec("sampled", count=2)]
+    outcome = run(
+        real_engine,
+        "best_of",
+        agents,
+        judge="likelihood",
+        adaptive=True,
+        answer=["yes", "no"],
+        max_tokens=8,
+    )
+    details = outcome.details
+    assert outcome.answer in ("yes", "no") and details["samples"] in (2, 3)
+    unstarted = [a for a in outcome.agents if a.requests == 0]
+    assert len(unstarted) == 3 - details["samples"]  # stopped: the third never requested
+    assert (details.get("stopped_by") == "adaptive") == (details["samples"] == 2)
+
+
 def test_auto_runs_its_strategies_on_the_real_engine(real_engine: RealEngine) -> None:
     closed = run(real_engine, "auto", [AgentSpec("agent", count=3)], answer=["yes", "no"])
     assert closed.details["strategy"] == "soft_vote" and closed.answer in ("yes", "no")

@@ -25,7 +25,14 @@ differ; constrained to ``answer`` when it is set). Candidates are ranked by:
    candidates are scored.
 
 The best is the highest (passes, score); among equals the first to finish.
-``judge: auto`` judges when there is no validator and not otherwise. With a
+``judge: auto`` judges when there is no validator and not otherwise.
+
+Waves and adaptive stop: ``wave`` > 0 starts candidates k at a time, in the
+order the agents are listed. With ``judge: likelihood``, ``adaptive`` stops
+after a wave once the leading answer cannot be overtaken: its summed
+probability exceeds the runner-up's by more than the candidates not yet
+started could add (at most 1 each). The later candidates are never started,
+and the answer is the one all of them would have given (under the same waves). With a
 validator and no judge, ``early_stop`` ends the mode at the first candidate
 that passes (nothing can outrank it: later ones lose the tie); the others are
 pruned and their requests aborted.
@@ -42,7 +49,7 @@ import attrs
 
 from ...engine_bridge import GenerationResult, TokenLogprob
 from .._agent import Role, Turn
-from .._config import ModeConfig, int_in, one_of
+from .._config import ModeConfig, boolean, int_in, one_of
 from .._context import CollaborationContext
 from .._errors import InvalidCollaboration
 from .._mode import CollaborationOp, ModeResult
@@ -55,6 +62,8 @@ JUDGE_WORDS = ("yes", "no")
 JUDGE_MODES = ("auto", "self", "likelihood", "off")
 #: budget of a judge step (one word, constrained)
 JUDGE_TOKENS = 4
+#: candidates per wave of an adaptive best-of whose ``wave`` is 0
+ADAPTIVE_WAVE = 2
 
 
 def _validator(value: Any) -> Validator | None:
@@ -90,17 +99,27 @@ class BestOfConfig(ModeConfig):
             without a validator, ``off`` with one.
         judge_instructions: the yes/no question the judge step answers.
         answer_tokens: budget of a constrained candidate (with ``answer``).
+        wave: start candidates k at a time, in agent order (0 = all at once; an
+            adaptive best-of's default is ``ADAPTIVE_WAVE``).
+        adaptive: with ``judge: likelihood``: stop starting candidates once the
+            leading answer's probability cannot be overtaken by those left.
     """
 
     validator: Validator | None = attrs.field(default=None, converter=_validator)
     judge: str = attrs.field(default="auto", converter=_judge, validator=one_of(JUDGE_MODES))
     judge_instructions: str = attrs.field(default=JUDGE_PROMPT, validator=_instructions)
     answer_tokens: int = attrs.field(default=16, validator=int_in(1, 256))
+    wave: int = attrs.field(default=0, validator=int_in(0, 64))
+    adaptive: bool = attrs.field(default=False, validator=boolean)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         if self.judge == "off" and self.validator is None:
             raise InvalidCollaboration("judge", "off needs a validator (nothing else scores)")
+        if self.adaptive and self.judge != "likelihood":
+            raise InvalidCollaboration(
+                "adaptive", "needs judge: likelihood (its scores bound what later candidates add)"
+            )
 
     @property
     def judged(self) -> bool:
@@ -187,9 +206,20 @@ class BestOf(CollaborationOp[BestOfConfig]):
                     if other is not role and other.record.answer is None:
                         await ctx.prune(other, "early_stop")
 
-        async with anyio.create_task_group() as tg:
-            for role in roles:
-                tg.start_soon(generate, role)
+        wave = config.wave or (ADAPTIVE_WAVE if config.adaptive else len(roles))
+        decided = False
+        for start in range(0, len(roles), wave):
+            async with anyio.create_task_group() as tg:
+                for role in roles[start : start + wave]:
+                    tg.start_soon(generate, role)
+            left = roles[start + wave :]
+            if stopped or not left:
+                break
+            if config.adaptive and _decided(ctx, finished, len(left)):
+                decided = stopped = True
+                for role in left:  # never started
+                    await ctx.prune(role, "early_stop")
+                break
         if not finished:
             raise ctx.failure("no candidate produced an answer")
         judged = await self._judge_all(ctx, finished) if config.judged else 0
@@ -214,6 +244,8 @@ class BestOf(CollaborationOp[BestOfConfig]):
         }
         if best.verdict is not None:
             details["valid"] = best.verdict.ok
+        if decided:
+            details["stopped_by"] = "adaptive"
         return ModeResult(answer=_answer(ctx, best.text), early_stopped=stopped, details=details)
 
     async def _judge_all(
@@ -271,17 +303,42 @@ def sequence_probability(logprobs: Sequence[TokenLogprob] | None) -> float:
     return math.exp(sum(t.logprob for t in logprobs) / len(logprobs))
 
 
+def _answer_mass(
+    ctx: CollaborationContext[BestOfConfig], candidates: list[_Candidate]
+) -> dict[str, float]:
+    """Per answer (normalised as a vote normalises it), its candidates' summed probability."""
+    mass: dict[str, float] = {}
+    for c in candidates:
+        key = ctx.normalize(c.text)
+        mass[key] = mass.get(key, 0.0) + sequence_probability(c.result.logprobs)
+    return mass
+
+
 def _score_by_likelihood(
     ctx: CollaborationContext[BestOfConfig], candidates: list[_Candidate]
 ) -> None:
     """Each candidate's score: the summed sequence probabilities of its answer's candidates."""
     pool = [c for c in candidates if c.verdict is None or c.verdict.ok] or candidates
-    mass: dict[str, float] = {}
-    for c in pool:
-        key = ctx.normalize(c.text)
-        mass[key] = mass.get(key, 0.0) + sequence_probability(c.result.logprobs)
+    mass = _answer_mass(ctx, pool)
     for c in pool:
         c.score = mass[ctx.normalize(c.text)]
+
+
+def _decided(
+    ctx: CollaborationContext[BestOfConfig], candidates: list[_Candidate], left: int
+) -> bool:
+    """Whether ``left`` more candidates cannot change the likelihood winner.
+
+    Each adds at most 1 (a geometric-mean probability) to one answer, so the
+    leader is safe when its mass exceeds the runner-up's by more than ``left``.
+    With a validator only passing candidates count; none passing is undecided.
+    """
+    passing = [c for c in candidates if c.verdict is None or c.verdict.ok]
+    if not passing:
+        return False
+    ranked = sorted(_answer_mass(ctx, passing).values(), reverse=True)
+    runner_up = ranked[1] if len(ranked) > 1 else 0.0
+    return ranked[0] > runner_up + left
 
 
 def _answer(ctx: CollaborationContext[BestOfConfig], text: str) -> str:
