@@ -35,8 +35,10 @@ reply's last number (``answer.extract: number``) instead of the whole reply, so
 "3 + 1 = 4" and "The answer is 4." are one vote for 4; ``best5-self`` best-of-5
 judged by the model's P(yes); ``best2-likelihood`` and ``best3-likelihood`` best-of-N
 scored by the candidates' own likelihood, summed per answer (``judge: likelihood``,
-soft self-consistency: no judge request; ``best2-likelihood`` is published for free
-answers as ``bench/results/quality_best_free.json``); on ``extract``
+soft self-consistency: no judge request); ``best3-likelihood-greedy`` the same over
+one greedy candidate and two samples, and ``-adaptive`` in waves of two, the third
+candidate only when the first two leave the answer open (published for free answers
+as ``bench/results/quality_best_free.json``); on ``extract``
 ``best5-validator`` and ``reflect-validator`` use the JSON-schema validator the
 request carries (``EXTRACT_SCHEMA``), and ``auto5`` gets it too. Votes are not run
 on ``extract``: a vote's answer is the normalised text (lower-cased, punctuation
@@ -78,7 +80,7 @@ from accuracy import outcome_row  # noqa: E402
 
 RESULTS = HERE / "results"
 BEST = RESULTS / "quality_best.json"
-#: the published free-answer configuration: ``FREE_METHODS["best2-likelihood"]``'s fields
+#: the published free-answer configuration: ``FREE_METHODS["best3-likelihood-greedy-adaptive"]``
 BEST_FREE = RESULTS / "quality_best_free.json"
 TEMPERATURE = 0.7
 MAX_TOKENS = 8
@@ -98,6 +100,17 @@ def _team(mode: str, n: int, **collaboration: Any) -> dict[str, Any]:
     return {
         "agents": [{"name": "agent", "count": n}],
         "collaboration": {"mode": mode, **collaboration},
+    }
+
+
+def _with_greedy(sampled: int, **collaboration: Any) -> dict[str, Any]:
+    """Best-of by likelihood over one greedy candidate and ``sampled`` samples."""
+    return {
+        "agents": [
+            {"name": "greedy", "count": 1, "temperature": 0.0},
+            {"name": "sampled", "count": sampled},
+        ],
+        "collaboration": {"mode": "best_of", "judge": "likelihood", **collaboration},
     }
 
 
@@ -145,9 +158,14 @@ FREE_METHODS: dict[str, dict[str, Any]] = {
     "vote5-number-adaptive": _vote(5, adaptive="window", wave=2, answer={"extract": "number"}),
     "best5-self": _team("best_of", 5, judge="self"),
     # the candidates' own likelihood, summed per answer (soft self-consistency): no judge step
-    "best2-likelihood": json.loads(BEST_FREE.read_text()),  # published for free answers
+    "best2-likelihood": _team("best_of", 2, judge="likelihood"),
     "best3-likelihood": _team("best_of", 3, judge="likelihood"),
     "best5-likelihood": _team("best_of", 5, judge="likelihood"),  # best5-self's budget
+    # one greedy candidate and two samples: the samples outvote the mode only together
+    "best3-likelihood-greedy": _with_greedy(2),
+    # the same in waves of 2: the third candidate only when the first two leave it open;
+    # published for free answers (``BEST_FREE``), read from the file as a client reads it
+    "best3-likelihood-greedy-adaptive": json.loads(BEST_FREE.read_text()),
     "best3-likelihood-number": _team(
         "best_of", 3, judge="likelihood", answer={"extract": "number"}
     ),

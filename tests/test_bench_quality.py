@@ -75,7 +75,7 @@ def test_the_published_configuration_is_exactly_the_request_fields() -> None:
 def test_the_published_free_configuration_is_the_measured_method_and_shown() -> None:
     best = json.loads(Q.BEST_FREE.read_text())
     assert set(best) == {"agents", "collaboration"} and "answer" not in best["collaboration"]
-    assert Q.FREE_METHODS["best2-likelihood"] == best  # the bench measures the file
+    assert Q.FREE_METHODS["best3-likelihood-greedy-adaptive"] == best  # the bench measures it
     page = (ROOT / "docs" / "quality.md").read_text()
     blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", page, re.S)]
     assert best in blocks
@@ -266,6 +266,8 @@ def test_each_family_kind_runs_the_methods_that_fit_it() -> None:
         "best2-likelihood",
         "best3-likelihood",
         "best5-likelihood",
+        "best3-likelihood-greedy",
+        "best3-likelihood-greedy-adaptive",
         "auto5",
     } == set(free) - Q.NUMBER_METHODS
     assert {

@@ -77,6 +77,11 @@ STRATEGIES: dict[str, tuple[list[dict[str, Any]], dict[str, Any], str]] = {
         {"mode": "best_of", "judge": "likelihood"},
         "candidates",
     ),
+    "best_of likelihood adaptive": (
+        [{"name": "greedy", "count": 1, "temperature": 0.0}, {"name": "sampled", "count": 2}],
+        {"mode": "best_of", "judge": "likelihood", "adaptive": True},
+        "candidates",
+    ),
     "auto": ([{"name": "agent", "count": 2}], {"mode": "auto"}, "strategy"),
 }
 
@@ -136,7 +141,9 @@ def test_the_published_free_configuration_works_as_it_is_through_extra_body(
     collab: dict[str, Any] = done.model_extra["collaboration"]  # type: ignore[index]
     details = collab["details"]
     assert details["scored_by"] == "likelihood" and details["judged"] == 0
-    assert len(details["candidates"]) == best["agents"][0]["count"]
+    total = sum(a["count"] for a in best["agents"])
+    assert len(details["candidates"]) == details["samples"] <= total  # adaptive: maybe fewer
+    assert (details.get("stopped_by") == "adaptive") == (details["samples"] < total)
     chosen = next(c for c in details["candidates"] if c["agent"] == details["chosen"])
     assert done.choices[0].message.content == chosen["answer"] == collab["answer"]
     assert chosen["score"] == max(c["score"] for c in details["candidates"])
