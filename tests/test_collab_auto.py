@@ -12,6 +12,7 @@ import pytest
 from microagent.collab import AgentSpec, InvalidCollaboration, collaborate, prepare_collaboration
 from microagent.collab.modes import AutoConfig
 from microagent.collab.modes._auto import plan
+from microagent.collab.modes._vote import VoteConfig
 from microagent.engine_bridge import EngineRequest, ScriptedEngine
 from test_server_helpers import live_server, scripted
 
@@ -23,6 +24,26 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def agents(n: int) -> list[AgentSpec]:
     return [AgentSpec("agent", count=n)]
+
+
+@pytest.mark.parametrize(
+    ("options", "n", "strategy"),
+    [
+        ({"answer": ["yes", "no"]}, 3, "vote"),
+        ({}, 3, "vote"),
+        ({}, 1, "single"),
+        ({"validator": {"type": "json"}}, 3, "best_of_validator"),
+    ],
+)
+def test_without_logprobs_the_rule_gives_way_to_plain_votes(
+    options: dict[str, Any], n: int, strategy: str
+) -> None:
+    chosen = plan(AutoConfig(**options), agents(n), logprobs=False)
+    assert chosen.strategy == strategy
+    config = chosen.config
+    if isinstance(config, VoteConfig):
+        assert not config.soft and config.adaptive == "off"
+        assert config.debias == ("order" if "answer" in options else "off")
 
 
 @pytest.mark.parametrize(

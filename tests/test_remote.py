@@ -18,7 +18,14 @@ import httpx
 import pytest
 from _fake_openai import FakeEndpoint, Reply, fake_endpoint
 from microagent import CollaborationFailed, RemoteBridge, RemoteError, ScriptedEngine
-from microagent.collab import Graph, cascade, collaborate, collaboration_modes, vote
+from microagent.collab import (
+    Graph,
+    InvalidCollaboration,
+    cascade,
+    collaborate,
+    collaboration_modes,
+    vote,
+)
 from microagent.engine_bridge import EngineBridgeError, RequestRefused, Sampling
 from microagent.engine_bridge._remote import messages_of, retry_after_seconds
 from microagent.server import create_app
@@ -361,6 +368,43 @@ async def test_every_mode_runs_with_local_and_remote_agents(mode: str) -> None:
         for message in seen.body["messages"]:
             assert message["role"] in ("system", "user", "assistant")
             assert "<|im_" not in message["content"]
+
+
+async def test_auto_reads_no_logprobs_from_a_remote_and_best_of_likelihood_refuses_it() -> None:
+    agents = [{"name": "near", "count": 2}, {"name": "far", "model": "big"}]
+    async with (
+        serving(Reply(("yes",))) as (fake, big),
+        ScriptedEngine(script=["yes", "no"]) as local,
+    ):
+        closed = await collaborate(
+            local, "auto", QUESTION, agents, engines={"big": big}, answer=["yes", "no"]
+        )
+        with pytest.raises(InvalidCollaboration) as info:
+            await collaborate(
+                local, "best_of", QUESTION, agents, engines={"big": big}, judge="likelihood"
+            )
+        assert not local.live_requests() and not big.live_requests()
+    assert closed.details["strategy"] == "vote" and "no logprobs" in closed.details["why"]
+    assert closed.answer in ("yes", "no")
+    assert all("logprobs" not in seen.body for seen in fake.requests)
+    assert info.value.field == "collaboration.judge" and "'big'" in str(info.value)
+    assert len(fake.requests) == 1  # refused before any candidate was asked
+
+
+async def test_a_remote_candidate_is_judged_by_the_word_it_says() -> None:
+    """A remote model reports no logprobs: its judge step asks for none and reads the word."""
+    agents = [{"name": "near"}, {"name": "far", "model": "big"}]
+    async with (
+        serving(Reply(("yes",))) as (fake, big),
+        ScriptedEngine(script=["no"]) as local,
+    ):
+        outcome = await collaborate(
+            local, "best_of", QUESTION, agents, engines={"big": big}, judge="self", max_tokens=8
+        )
+    scores = {c["agent"]: c["score"] for c in outcome.details["candidates"]}
+    assert scores["far"] == 1.0 and outcome.details["judged"] == 2
+    assert len(fake.requests) == 2  # its answer, then its judgement
+    assert all("logprobs" not in seen.body for seen in fake.requests)
 
 
 async def test_a_down_remote_fails_typed_while_local_roles_keep_going() -> None:

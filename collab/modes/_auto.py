@@ -25,6 +25,11 @@ The rule (the first that matches; ``k`` choices, ``n`` agents):
    candidates (``bench/quality.py --out quality_judges``): better on two free
    families, level on the third, with no judge request.
 
+Rules 1, 2 and 5 read the engine's logprobs. When an agent runs on a model
+that reports none (a remote chat-completions model), they give way to plain
+votes: closed choices get a hard vote with ``debias: order``, free answers
+with several agents a majority vote of the normalised answers.
+
 The chosen mode runs with the request's agents and the shared options
 (``early_stop``, ``answer``, ``max_tokens``, ``temperature``, ``timeout``).
 """
@@ -32,6 +37,7 @@ The chosen mode runs with the request's agents and the shared options
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -101,11 +107,18 @@ def distinct_first_tokens(choices: Sequence[str], tokenize: Callable[[str], Sequ
     return True
 
 
-def plan(config: AutoConfig, agents: Sequence[AgentSpec], *, distinct_first: bool = True) -> Plan:
+def plan(
+    config: AutoConfig,
+    agents: Sequence[AgentSpec],
+    *,
+    distinct_first: bool = True,
+    logprobs: bool = True,
+) -> Plan:
     """The strategy the rule picks for ``config`` and ``agents`` (see the module docstring).
 
     ``distinct_first``: whether the choices start with distinct tokens (the
-    engine's tokenizer decides; ``distinct_first_tokens``).
+    engine's tokenizer decides; ``distinct_first_tokens``). ``logprobs``: whether
+    every agent's model reports logprobs (a remote chat-completions one does not).
     """
     n = sum(a.count for a in agents)
     shared: dict[str, Any] = {
@@ -116,6 +129,10 @@ def plan(config: AutoConfig, agents: Sequence[AgentSpec], *, distinct_first: boo
         "timeout": config.timeout,
     }
     answer = config.answer
+    if not logprobs and answer is not None and answer.choices:
+        options: dict[str, Any] = {"style": "direct", "debias": "order"}
+        why = "closed choices, an agent's model reports no logprobs: a debiased hard vote"
+        return Plan("vote", why, Vote(), VoteConfig(**shared, **options), options)
     if answer is not None and answer.choices:
         k = len(answer.choices)
         if distinct_first:
@@ -165,6 +182,9 @@ def plan(config: AutoConfig, agents: Sequence[AgentSpec], *, distinct_first: boo
         return Plan("best_of_validator", why, BestOf(), best, options)
     if n == 1:
         return Plan("single", "a free answer and one agent: a single sample", None, config, {})
+    if not logprobs:
+        why = f"a free answer, {n} agents, a model without logprobs: a majority vote"
+        return Plan("vote", why, Vote(), VoteConfig(**shared), {})
     options = {"judge": "likelihood"}
     why = (
         f"a free answer, {n} agents, no validator: best-of-N scored by the candidates' "
@@ -182,15 +202,16 @@ class Auto(CollaborationOp[AutoConfig]):
 
     def validate(self, config: AutoConfig, agents: Sequence[AgentSpec]) -> None:
         super().validate(config, agents)
-        for distinct in (True, False):  # the engine's tokenizer picks one when it runs
-            chosen = plan(config, agents, distinct_first=distinct)
+        for distinct, logprobs in itertools.product((True, False), repeat=2):
+            # the engine's tokenizer and the agents' models pick one when it runs
+            chosen = plan(config, agents, distinct_first=distinct, logprobs=logprobs)
             if chosen.op is not None:
                 chosen.op.validate(chosen.config, agents)
 
     def max_turns(self, config: AutoConfig, agents: Sequence[AgentSpec]) -> int | None:
         turns = []
-        for distinct in (True, False):
-            chosen = plan(config, agents, distinct_first=distinct)
+        for distinct, logprobs in itertools.product((True, False), repeat=2):
+            chosen = plan(config, agents, distinct_first=distinct, logprobs=logprobs)
             turns.append(1 if chosen.op is None else chosen.op.max_turns(chosen.config, agents))
         return None if None in turns else max(t for t in turns if t is not None)
 
@@ -201,7 +222,8 @@ class Auto(CollaborationOp[AutoConfig]):
             or not answer.choices
             or distinct_first_tokens(answer.choices, ctx.engine.tokenize)
         )
-        chosen = plan(ctx.config, ctx.agents, distinct_first=distinct)
+        logprobs = not any(ctx.bridge_for(spec).remote for spec in ctx.agents)
+        chosen = plan(ctx.config, ctx.agents, distinct_first=distinct, logprobs=logprobs)
         head: dict[str, Any] = {
             "strategy": chosen.strategy,
             "why": chosen.why,

@@ -162,6 +162,15 @@ class BestOf(CollaborationOp[BestOfConfig]):
 
     async def run(self, ctx: CollaborationContext[BestOfConfig]) -> ModeResult:
         config = ctx.config
+        if config.by_likelihood:
+            for spec in ctx.agents:
+                if ctx.bridge_for(spec).remote:
+                    raise InvalidCollaboration(
+                        "collaboration.judge",
+                        f"likelihood reads each candidate's logprobs; agent {spec.name!r} runs "
+                        f"on remote model {spec.model!r}, which reports none (use judge: self "
+                        "or a validator)",
+                    )
         roles = await ctx.spawn_all(role="candidate")
         finished: list[_Candidate] = []
         stopped = False
@@ -279,7 +288,8 @@ class BestOf(CollaborationOp[BestOfConfig]):
         sampling = attrs.evolve(
             ctx.sampling(role.spec, max_tokens=JUDGE_TOKENS, temperature=0.0),
             choices=JUDGE_WORDS,
-            logprobs=SOFT_TOP_LOGPROBS,
+            # a remote model reports no logprobs: its judgement is the word it says
+            logprobs=None if role.bridge.remote else SOFT_TOP_LOGPROBS,
         )
         done = await ctx.turn(role, Turn(prompt, sampling, label="judge", priority=-1, keep=False))
         word = done.content.strip().lower()
