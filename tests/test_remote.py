@@ -370,7 +370,7 @@ async def test_every_mode_runs_with_local_and_remote_agents(mode: str) -> None:
             assert "<|im_" not in message["content"]
 
 
-async def test_auto_reads_no_logprobs_from_a_remote_and_best_of_likelihood_refuses_it() -> None:
+async def test_auto_reads_no_logprobs_from_a_remote_and_modes_that_need_them_refuse_it() -> None:
     agents = [{"name": "near", "count": 2}, {"name": "far", "model": "big"}]
     async with (
         serving(Reply(("yes",))) as (fake, big),
@@ -383,12 +383,24 @@ async def test_auto_reads_no_logprobs_from_a_remote_and_best_of_likelihood_refus
             await collaborate(
                 local, "best_of", QUESTION, agents, engines={"big": big}, judge="likelihood"
             )
+        with pytest.raises(InvalidCollaboration) as soft:
+            await collaborate(
+                local,
+                "vote",
+                QUESTION,
+                agents,
+                engines={"big": big},
+                answer=["yes", "no"],
+                style="direct",
+                soft=True,
+            )
         assert not local.live_requests() and not big.live_requests()
+    assert soft.value.field == "collaboration.soft" and "'big'" in str(soft.value)
     assert closed.details["strategy"] == "vote" and "no logprobs" in closed.details["why"]
     assert closed.answer in ("yes", "no")
     assert all("logprobs" not in seen.body for seen in fake.requests)
     assert info.value.field == "collaboration.judge" and "'big'" in str(info.value)
-    assert len(fake.requests) == 1  # refused before any candidate was asked
+    assert len(fake.requests) == 1  # both refused before any request
 
 
 async def test_a_remote_candidate_is_judged_by_the_word_it_says() -> None:

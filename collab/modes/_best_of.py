@@ -163,14 +163,9 @@ class BestOf(CollaborationOp[BestOfConfig]):
     async def run(self, ctx: CollaborationContext[BestOfConfig]) -> ModeResult:
         config = ctx.config
         if config.by_likelihood:
-            for spec in ctx.agents:
-                if ctx.bridge_for(spec).remote:
-                    raise InvalidCollaboration(
-                        "collaboration.judge",
-                        f"likelihood reads each candidate's logprobs; agent {spec.name!r} runs "
-                        f"on remote model {spec.model!r}, which reports none (use judge: self "
-                        "or a validator)",
-                    )
+            ctx.require_logprobs(
+                "collaboration.judge", "likelihood (use self or a validator) reads logprobs"
+            )
         roles = await ctx.spawn_all(role="candidate")
         finished: list[_Candidate] = []
         stopped = False

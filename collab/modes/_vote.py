@@ -174,6 +174,8 @@ class Vote(CollaborationOp[VoteConfig]):
                 "direct" if (config.answer is not None and config.max_tokens <= 32) else "reason"
             )
         voter_specs, aggregator_spec = find_role(ctx.agents, "aggregator")
+        if config.soft:
+            ctx.require_logprobs("collaboration.soft", "soft votes read logprobs", voter_specs)
         voters = await ctx.spawn_all(voter_specs, role="voter")
         tally = Tally(total_voters=len(voters), choices=ctx.choices)
         rule = config.stop_rule
