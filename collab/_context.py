@@ -108,19 +108,27 @@ class CollaborationContext(Generic[C]):
         """The bridge that runs ``spec`` (see ``bridge_for_spec``)."""
         return bridge_for_spec(spec, self.engine, self.engines)
 
+    def without_logprobs(self, specs: Sequence[AgentSpec] | None = None) -> AgentSpec | None:
+        """The first agent of ``specs`` (default: all) whose model reports no logprobs
+        (a remote chat-completions model), or None."""
+        return next(
+            (s for s in (self.agents if specs is None else specs) if self.bridge_for(s).remote),
+            None,
+        )
+
     def require_logprobs(
         self, field: str, reads: str, specs: Sequence[AgentSpec] | None = None
     ) -> None:
         """Refuse, naming ``field``, when an agent of ``specs`` (default: all) runs on a model
-        that reports no logprobs (a remote chat-completions model): ``reads`` says what
-        needs them. Called before any request, so nothing is half done."""
-        for spec in self.agents if specs is None else specs:
-            if self.bridge_for(spec).remote:
-                raise InvalidCollaboration(
-                    field,
-                    f"{reads}; agent {spec.name!r} runs on remote model {spec.model!r}, "
-                    "which reports none",
-                )
+        that reports no logprobs: ``reads`` says what needs them. Called before any
+        request, so nothing is half done."""
+        spec = self.without_logprobs(specs)
+        if spec is not None:
+            raise InvalidCollaboration(
+                field,
+                f"{reads}; agent {spec.name!r} runs on remote model {spec.model!r}, "
+                "which reports none",
+            )
 
     def context_for(self, bridge: EngineBridge) -> KVHandle:
         """The task context on ``bridge``'s model (composed once per model).

@@ -222,7 +222,7 @@ class Auto(CollaborationOp[AutoConfig]):
             or not answer.choices
             or distinct_first_tokens(answer.choices, ctx.engine.tokenize)
         )
-        logprobs = not any(ctx.bridge_for(spec).remote for spec in ctx.agents)
+        logprobs = ctx.without_logprobs() is None
         chosen = plan(ctx.config, ctx.agents, distinct_first=distinct, logprobs=logprobs)
         head: dict[str, Any] = {
             "strategy": chosen.strategy,

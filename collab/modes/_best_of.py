@@ -25,17 +25,17 @@ differ; constrained to ``answer`` when it is set). Candidates are ranked by:
    candidates are scored.
 
 The best is the highest (passes, score); among equals the first to finish.
-``judge: auto`` judges when there is no validator and not otherwise.
+``judge: auto`` judges when there is no validator and not otherwise. With a
+validator and no judge, ``early_stop`` ends the mode at the first candidate
+that passes (nothing can outrank it: later ones lose the tie); the others are
+pruned and their requests aborted.
 
 Waves and adaptive stop: ``wave`` > 0 starts candidates k at a time, in the
 order the agents are listed. With ``judge: likelihood``, ``adaptive`` stops
 after a wave once the leading answer cannot be overtaken: its summed
 probability exceeds the runner-up's by more than the candidates not yet
 started could add (at most 1 each). The later candidates are never started,
-and the answer is the one all of them would have given (under the same waves). With a
-validator and no judge, ``early_stop`` ends the mode at the first candidate
-that passes (nothing can outrank it: later ones lose the tie); the others are
-pruned and their requests aborted.
+and the answer is the one all of them would have given (under the same waves).
 """
 
 from __future__ import annotations
@@ -144,10 +144,14 @@ class _Candidate:
     def text(self) -> str:
         return self.result.content.strip()
 
+    @property
+    def passes(self) -> bool:
+        """Whether it passed the validator (true without one)."""
+        return self.verdict is None or self.verdict.ok
+
     def rank(self) -> tuple[bool, float, int]:
         """Larger is better: passes the validator, judge score, earlier finish."""
-        ok = self.verdict is None or self.verdict.ok
-        return (ok, self.score if self.score is not None else 0.0, -self.finished)
+        return (self.passes, self.score if self.score is not None else 0.0, -self.finished)
 
 
 class BestOf(CollaborationOp[BestOfConfig]):
@@ -256,7 +260,7 @@ class BestOf(CollaborationOp[BestOfConfig]):
         self, ctx: CollaborationContext[BestOfConfig], candidates: list[_Candidate]
     ) -> int:
         """Score the candidates by the model's P(yes); return the judge requests made."""
-        pool = [c for c in candidates if c.verdict is None or c.verdict.ok] or candidates
+        pool = _scored_pool(candidates)
         firsts: dict[str, _Candidate] = {}
         for c in pool:
             firsts.setdefault(_key(ctx, c.text), c)
@@ -308,6 +312,11 @@ def sequence_probability(logprobs: Sequence[TokenLogprob] | None) -> float:
     return math.exp(sum(t.logprob for t in logprobs) / len(logprobs))
 
 
+def _scored_pool(candidates: list[_Candidate]) -> list[_Candidate]:
+    """The candidates a judge scores: those that pass the validator, all when none does."""
+    return [c for c in candidates if c.passes] or candidates
+
+
 def _answer_mass(
     ctx: CollaborationContext[BestOfConfig], candidates: list[_Candidate]
 ) -> dict[str, float]:
@@ -323,7 +332,7 @@ def _score_by_likelihood(
     ctx: CollaborationContext[BestOfConfig], candidates: list[_Candidate]
 ) -> None:
     """Each candidate's score: the summed sequence probabilities of its answer's candidates."""
-    pool = [c for c in candidates if c.verdict is None or c.verdict.ok] or candidates
+    pool = _scored_pool(candidates)
     mass = _answer_mass(ctx, pool)
     for c in pool:
         c.score = mass[ctx.normalize(c.text)]
@@ -338,7 +347,7 @@ def _decided(
     leader is safe when its mass exceeds the runner-up's by more than ``left``.
     With a validator only passing candidates count; none passing is undecided.
     """
-    passing = [c for c in candidates if c.verdict is None or c.verdict.ok]
+    passing = [c for c in candidates if c.passes]
     if not passing:
         return False
     ranked = sorted(_answer_mass(ctx, passing).values(), reverse=True)
