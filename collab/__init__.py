@@ -71,6 +71,7 @@ from ._sandbox import run_sandboxed as run_sandboxed
 from ._sandbox import sandbox_unavailable as sandbox_unavailable
 from ._scheduling import LEVEL_SPAN as LEVEL_SPAN
 from ._scheduling import ServicePolicy as ServicePolicy
+from ._scheduling import arrival_number as arrival_number
 from ._scheduling import critical_offset as critical_offset
 from ._shortcuts import Target as Target
 from ._shortcuts import aggregate as aggregate
@@ -186,6 +187,7 @@ __all__ = [
     "agent_tool_plan",
     "aggregate",
     "all_agree",
+    "arrival_number",
     "boolean",
     "bridge_for_spec",
     "build_config",

@@ -34,6 +34,10 @@ from ._retention import RELEASE_CAUSES as RELEASE_CAUSES
 from ._retention import ReleaseCause as ReleaseCause
 from ._retention import Retain as Retain
 from ._retention import RetentionStats as RetentionStats
+from ._salt import cache_salt as cache_salt
+from ._salt import current_cache_salt as current_cache_salt
+from ._salt import salt_for as salt_for
+from ._salt import set_cache_salt as set_cache_salt
 from ._scripted import ScriptedEngine as ScriptedEngine
 from ._tokenizer import ToyTokenizer as ToyTokenizer
 from ._tool_calls import TOOL_NAME as TOOL_NAME
@@ -98,6 +102,8 @@ __all__ = [
     "ToyTokenizer",
     "UnknownAdapter",
     "VLLMBridge",
+    "cache_salt",
+    "current_cache_salt",
     "find_cause",
     "make_random_lora",
     "open_bridges",
@@ -105,6 +111,8 @@ __all__ = [
     "render_tool_calls",
     "render_tool_result",
     "resolve_model",
+    "salt_for",
+    "set_cache_salt",
     "with_tool_instructions",
 ]
 

@@ -24,6 +24,7 @@ import attrs
 from ._errors import EngineDied, RequestRefused, UnknownAdapter
 from ._handle import AdapterRef, KVHandle
 from ._retention import Retain, RetentionStats
+from ._salt import current_cache_salt
 from ._types import (
     EngineStats,
     FinishReason,
@@ -52,6 +53,8 @@ class EngineRequest:
     retain: Retain | None = None
     #: the program it belongs to (a collaboration's id): scheduling and accounting
     group: str | None = None
+    #: the tenant's cache salt (``cache_salt``): blocks are shared only within one salt
+    cache_salt: str | None = None
 
 
 @attrs.frozen
@@ -225,8 +228,8 @@ class EngineBridge(abc.ABC):
         self._id_prefix = f"{model}-{id(self):x}"
         self._live: dict[str, Generation] = {}
         self._counters = _Counters()
-        # retention key -> the handle whose blocks were retained (this epoch)
-        self._retained: dict[str, KVHandle] = {}
+        # retention key -> (cache salt, the handle whose blocks were retained), this epoch
+        self._retained: dict[str, tuple[str | None, KVHandle]] = {}
         # resident handle key (a hash, not the token ids: the tokens of 8 192 long
         # prompts would stay alive here) -> how many of its tokens the engine computed
         self._resident: OrderedDict[int, int] = OrderedDict()
@@ -360,7 +363,10 @@ class EngineBridge(abc.ABC):
             raise RequestRefused("request_id", f"{rid!r} is already running")
         if retain is not None and not self.retention_enabled:
             retain = None  # documented: a hint this bridge serves from its LRU cache
-        return Generation(self, EngineRequest(rid, prompt, sampling, priority, retain, group))
+        request = EngineRequest(
+            rid, prompt, sampling, priority, retain, group, current_cache_salt()
+        )
+        return Generation(self, request)
 
     async def generate(
         self,
@@ -437,6 +443,9 @@ class EngineBridge(abc.ABC):
             return RetentionStats()
         return await self._retention_stats()
 
+    def _on_retained(self) -> None:  # noqa: B027 - a hook, empty unless an engine needs it
+        """A request's blocks were retained (an engine may schedule their expiry)."""
+
     async def _release_engine(self, keys: list[str], prefix: str | None) -> int:
         """End retentions in the engine (engines with retention override it)."""
         return 0
@@ -483,7 +492,7 @@ class EngineBridge(abc.ABC):
             return True
         return False
 
-    def expected_cached_tokens(self, prompt: KVHandle) -> tuple[int, bool]:
+    def expected_cached_tokens(self, prompt: KVHandle, salt: str | None = None) -> tuple[int, bool]:
         """How many prompt tokens should come from cache, and whether a miss is certain.
 
         A prompt extending a handle this engine epoch produced (or warmed) should
@@ -499,7 +508,7 @@ class EngineBridge(abc.ABC):
                 continue
             # the same tokens, known resident in *this* epoch (an old-epoch handle
             # that was re-warmed, or any handle of this epoch)
-            key = hash((node.token_ids, node.adapter, self.epoch))
+            key = self._key(node.with_epoch(self.epoch), salt)
             computed = self._resident.get(key)
             if computed is not None:
                 self._resident.move_to_end(key)
@@ -509,15 +518,15 @@ class EngineBridge(abc.ABC):
                 return min(len(node) // block * block, limit), True
         return 0, False
 
-    def _retained_prefix(self, prompt: KVHandle) -> int:
+    def retained_prefix(self, prompt: KVHandle, salt: str | None = None) -> int:
         """Tokens of ``prompt`` (whole blocks, last token excluded) covered by a retained handle."""
         block = self.block_size
         limit = (len(prompt) - 1) // block * block
         best = max(
             (
                 h.common_prefix_length(prompt)
-                for h in self._retained.values()
-                if h.adapter == prompt.adapter
+                for s, h in self._retained.values()
+                if h.adapter == prompt.adapter and s == salt
             ),
             default=0,
         )
@@ -551,9 +560,9 @@ class EngineBridge(abc.ABC):
 
     # -- bookkeeping (used by Generation) ----------------------------------------------
     @staticmethod
-    def _key(handle: KVHandle) -> int:
+    def _key(handle: KVHandle, salt: str | None = None) -> int:
         """A resident handle's key: a collision only miscounts an expected cache hit."""
-        return hash((handle.token_ids, handle.adapter, handle.epoch))
+        return hash((handle.token_ids, handle.adapter, handle.epoch, salt))
 
     def _register(self, gen: Generation) -> None:
         self._live[gen.request_id] = gen
@@ -562,8 +571,10 @@ class EngineBridge(abc.ABC):
     def _unregister(self, gen: Generation) -> None:
         self._live.pop(gen.request_id, None)
 
-    def _remember_resident(self, handle: KVHandle, computed: int | None = None) -> None:
-        key = self._key(handle)
+    def _remember_resident(
+        self, handle: KVHandle, computed: int | None = None, salt: str | None = None
+    ) -> None:
+        key = self._key(handle, salt)
         self._resident[key] = len(handle) if computed is None else computed
         self._resident.move_to_end(key)
         while len(self._resident) > _RESIDENT_LIMIT:
@@ -573,7 +584,8 @@ class EngineBridge(abc.ABC):
         request = gen.request
         prompt = request.prompt
         out = tuple(gen._output)
-        expected, certain_miss = self.expected_cached_tokens(prompt)
+        salt = request.cache_salt
+        expected, certain_miss = self.expected_cached_tokens(prompt, salt)
         cached = gen._cached or 0
         miss = certain_miss or cached < expected
         c = self._counters
@@ -590,11 +602,12 @@ class EngineBridge(abc.ABC):
             c.cache_misses += 1
             c.recomputed_tokens += max(0, expected - cached)
         if self._retained and cached:
-            c.retained_hit_tokens += min(cached, self._retained_prefix(prompt))
+            c.retained_hit_tokens += min(cached, self.retained_prefix(prompt, salt))
         handle = attrs.evolve(prompt.extend(out), epoch=self.epoch)
         if request.retain is not None:
             if reason in ("stop", "length"):
-                self._retained[request.retain.key] = handle
+                self._retained[request.retain.key] = (salt, handle)
+                self._on_retained()
             else:
                 self._retained.pop(request.retain.key, None)
         if reason in ("stop", "length"):
@@ -604,10 +617,10 @@ class EngineBridge(abc.ABC):
             for node in prompt.lineage()[1:]:
                 if len(node) >= self.block_size:
                     resident = attrs.evolve(node, epoch=self.epoch, adapter=prompt.adapter)
-                    self._remember_resident(resident)
-            self._remember_resident(attrs.evolve(prompt, epoch=self.epoch))
+                    self._remember_resident(resident, salt=salt)
+            self._remember_resident(attrs.evolve(prompt, epoch=self.epoch), salt=salt)
             # the last sampled token is never fed back: its KV is not computed
-            self._remember_resident(handle, len(handle) - 1 if out else len(handle))
+            self._remember_resident(handle, len(handle) - 1 if out else len(handle), salt)
         now = self.clock()
         text = "".join(gen._text)
         return GenerationResult(

@@ -201,7 +201,7 @@ class RemoteBridge(EngineBridge):
     def detokenize(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(token_ids)
 
-    def expected_cached_tokens(self, prompt: KVHandle) -> tuple[int, bool]:
+    def expected_cached_tokens(self, prompt: KVHandle, salt: str | None = None) -> tuple[int, bool]:
         """Nothing is known resident on a remote: no hit is expected, no miss is certain."""
         return 0, False
 

@@ -9,23 +9,26 @@ the policy, shared by the vLLM scheduler (``_vllm_retention``) and the
 ScriptedEngine, so both engines follow one set of rules:
 
 * One entry per key. Retaining a key again *supersedes* the old entry (a
-  thread extended by a new turn: the new entry covers the old blocks).
+  thread extended by a new turn: the new entry covers the old blocks). An
+  entry with a ``scope`` also supersedes the entries of its scope whose blocks
+  it covers: an HTTP session's next turn extends the last one, whatever its key.
 * An entry ends when it is released (its owner ended: ``release(prefix=...)``),
   superseded, past its time-to-live, when the engine restarts, or to make room.
-* The blocks held by entries never exceed ``budget`` (distinct blocks). Past
-  it, and whenever a waiting request cannot be allocated, entries are released
-  in this order: the one whose owner the scheduler serves last first (the
-  largest ``rank``: the request priority that retained it; with collaboration
-  scheduling, the youngest collaboration of the worst level, whose next use is
-  furthest, KVFlow-style), then the furthest ``next_use`` hint (an entry
-  without a hint counts as furthest), then the least recently retained.
-* Admission takes back only what it outranks: a waiting request may release
-  the entries of owners served after it (rank >= its priority), not those of
-  owners served before it, whose next turn would pass it in the queue anyway
-  and would then recompute what was taken. It may take every entry when no
-  request is running (nothing else would ever free a block) or when it has
-  waited longer than the patience: a request therefore never waits forever for
-  a retention.
+* The blocks held by entries never exceed ``budget`` (distinct blocks).
+* **Admission is by program.** A request that waits for blocks may release an
+  entry only when (1) the entry's owner is served after it (``rank >`` its
+  priority: with program-level first-come-first-served priorities, a newer
+  program), or (2) the entry is *not worth keeping* — its expected next use is
+  further away than ``keep_factor`` times what recomputing it would take
+  (Continuum's cost rule: hold while the recompute saved outweighs the hold),
+  or (3) the request has waited longer than the patience (aging: nothing
+  starves). So a new program's first turn waits while admitting it would
+  evict sessions that are about to come back, and is admitted as soon as the
+  cache has room or those sessions are late.
+* Victims go in this order: entries not worth keeping first, then the owner
+  served last (largest ``rank``), then the furthest expected next use
+  (KVFlow), then the least recently retained; an entry whose blocks are all
+  shared with another entry frees nothing and is skipped (room counts blocks).
 """
 
 from __future__ import annotations
@@ -41,8 +44,12 @@ B = TypeVar("B", bound=Hashable)
 #: Why a retention ended.
 ReleaseCause = Literal["released", "superseded", "expired", "budget", "admission", "restart"]
 RELEASE_CAUSES: Final[tuple[str, ...]] = get_args(ReleaseCause)
-#: Seconds a waiting request leaves retentions of owners served before it alone.
+#: Seconds a waiting request respects the entries worth keeping of owners served before it.
 DEFAULT_PATIENCE: Final = 20.0
+#: An entry is worth keeping while its next use is at most this many times its recompute time.
+DEFAULT_KEEP_FACTOR: Final = 4.0
+#: ... and at least this many seconds away (below it, holding always wins).
+DEFAULT_MIN_HOLD: Final = 2.0
 
 
 @attrs.frozen
@@ -54,13 +61,18 @@ class Retain:
             Owners use a prefix per owner (``"collab-7/agent-2"``) so that
             ``release(prefix="collab-7/")`` ends all of theirs.
         ttl: seconds it may live at most (None: the engine's default).
-        next_use: a hint, seconds until the owner reads the handle again;
-            under pressure the furthest next use is released first.
+        next_use: a hint, seconds until the owner reads the handle again (a
+            tool's expected duration); under pressure the furthest next use is
+            released first, and an entry whose next use is far beyond what
+            recomputing it costs is not held against a waiting request.
+        scope: entries of the same scope whose blocks this one covers are
+            superseded by it (a session's next turn extends its last one).
     """
 
     key: str
     ttl: float | None = None
     next_use: float | None = None
+    scope: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.key:
@@ -72,19 +84,20 @@ class Retain:
 
     def to_wire(self) -> dict[str, object]:
         """The form that travels with a request to the engine (``SamplingParams.extra_args``)."""
-        return {"key": self.key, "ttl": self.ttl, "next_use": self.next_use}
+        return {"key": self.key, "ttl": self.ttl, "next_use": self.next_use, "scope": self.scope}
 
     @classmethod
     def from_wire(cls, data: object) -> Retain | None:
         """The retention a request's ``extra_args`` entry asks for (None when malformed)."""
         if not isinstance(data, dict) or not isinstance(data.get("key"), str):
             return None
-        ttl, next_use = data.get("ttl"), data.get("next_use")
+        ttl, next_use, scope = data.get("ttl"), data.get("next_use"), data.get("scope")
         try:
             return cls(
                 data["key"],
                 float(ttl) if isinstance(ttl, int | float) else None,
                 float(next_use) if isinstance(next_use, int | float) else None,
+                scope if isinstance(scope, str) else None,
             )
         except ValueError:
             return None
@@ -123,6 +136,19 @@ class _Entry(Generic[B]):
     retained_at: float
     order: int
     rank: int
+    scope: str | None = None
+
+    def remaining(self, now: float) -> float:
+        """Expected seconds until the owner reads it again (inf: no hint).
+
+        A late owner (past its expected next use) is expected to be as late
+        again: under heavy-tailed tool durations the time already waited is
+        the best guess of the time still to wait.
+        """
+        if self.next_use is None:
+            return float("inf")
+        due = self.retained_at + self.next_use
+        return due - now if due >= now else now - due
 
 
 @attrs.define(eq=False)
@@ -135,14 +161,23 @@ class RetentionTable(Generic[B]):
     Attributes:
         budget: most distinct blocks entries may hold (0 disables retention).
         default_ttl: seconds an entry lives when its ``Retain`` gives none (None: no limit).
-        patience: seconds a waiting request respects the entries of owners
-            served before it; past it, it may take any.
+        patience: seconds a waiting request respects the entries worth keeping
+            of owners served before it; past it, it may take any.
+        block_tokens: tokens per block (what recomputing an entry costs).
+        prefill_rate: prompt tokens the engine computes per second.
+        keep_factor: an entry is worth keeping while its expected next use is
+            at most this many times its recompute time away.
+        min_hold: ... or at most this many seconds away.
     """
 
     budget: int
     free: Callable[[Sequence[B]], None]
     default_ttl: float | None = None
     patience: float = DEFAULT_PATIENCE
+    block_tokens: int = 16
+    prefill_rate: float = 300.0
+    keep_factor: float = DEFAULT_KEEP_FACTOR
+    min_hold: float = DEFAULT_MIN_HOLD
     _entries: dict[str, _Entry[B]] = attrs.field(factory=dict, init=False)
     _holders: Counter[B] = attrs.field(factory=Counter, init=False)
     _released: Counter[str] = attrs.field(factory=Counter, init=False)
@@ -171,6 +206,17 @@ class RetentionTable(Generic[B]):
 
     def holds(self, block: B) -> bool:
         return block in self._holders
+
+    def next_expiry(self) -> float | None:
+        """When the first live entry's time-to-live ends (None: none will)."""
+        return min(
+            (e.expires for e in self._entries.values() if e.expires is not None), default=None
+        )
+
+    def worth_keeping(self, key: str, now: float) -> bool:
+        """Whether holding ``key`` against a waiting request beats recomputing it later."""
+        entry = self._entries.get(key)
+        return entry is not None and self._worth(entry, now)
 
     def stats(self) -> RetentionStats:
         return RetentionStats(
@@ -206,14 +252,24 @@ class RetentionTable(Generic[B]):
             now,
             self._order,
             rank,
+            retain.scope,
         )
         previous = self._entries.pop(retain.key, None)
         self._entries[retain.key] = entry
         self._holders.update(held)
         if previous is not None:  # the new entry covers the old one's shared blocks
             self._drop(previous, "superseded")
+        if retain.scope is not None:
+            mine = set(held)
+            covered = [
+                e
+                for e in self._entries.values()
+                if e is not entry and e.scope == retain.scope and mine.issuperset(e.blocks)
+            ]
+            for old in covered:
+                self._drop(old, "superseded")
         self.expire(now)
-        while self.held_blocks > self.budget and (victim := self._victim()) is not None:
+        while self.held_blocks > self.budget and (victim := self._victim(now)) is not None:
             self._drop(victim, "budget")
         return retain.key in self._entries
 
@@ -237,26 +293,21 @@ class RetentionTable(Generic[B]):
             self._drop(entry, "expired")
         return len(due)
 
-    def admission_floor(self, priority: int, waited: float, running: int) -> int | None:
-        """The least rank a waiting request may release (None: any), by the admission rule."""
-        if running == 0 or waited >= self.patience:
-            return None
-        return priority
+    def admit(self, enough: Callable[[], bool], *, priority: int, waited: float, now: float) -> int:
+        """Make room for a waiting request, by the admission rule; returns entries ended.
 
-    def make_room(self, enough: Callable[[], bool], *, outranked_by: int | None = None) -> int:
-        """End entries (policy order) until ``enough()`` holds or none is left; returns how many.
-
-        ``outranked_by``: only entries of rank >= this priority may go (a
-        waiting request's own priority); None: any entry.
+        The request (its ``priority``, seconds ``waited``) may end entries of
+        owners served after it, entries not worth keeping, and past the
+        patience any entry, in victim order, until ``enough()`` holds.
         """
-        ended = 0
-        while not enough():
-            victim = self._victim(outranked_by)
-            if victim is None:
-                break
-            self._drop(victim, "admission")
-            ended += 1
-        return ended
+        self.expire(now)
+        if waited >= self.patience:
+            return self._make_room(enough, now, lambda e: True)
+        return self._make_room(enough, now, lambda e: e.rank > priority or not self._worth(e, now))
+
+    def make_room(self, enough: Callable[[], bool], *, now: float = 0.0) -> int:
+        """End entries (victim order, any of them) until ``enough()`` holds or none is left."""
+        return self._make_room(enough, now, lambda e: True)
 
     def clear(self, cause: ReleaseCause = "restart", *, free: bool = True) -> int:
         """End every entry (an engine restart: ``free=False``, the pool is gone)."""
@@ -266,17 +317,37 @@ class RetentionTable(Generic[B]):
         return len(entries)
 
     # -- policy --------------------------------------------------------------------------
-    def _victim(self, outranked_by: int | None = None) -> _Entry[B] | None:
-        """The entry to release first: served last, then furthest next use, then oldest."""
+    def _worth(self, entry: _Entry[B], now: float) -> bool:
+        recompute = len(entry.blocks) * self.block_tokens / self.prefill_rate
+        horizon = max(self.min_hold, self.keep_factor * recompute)
+        return entry.remaining(now) <= horizon
 
-        def order(e: _Entry[B]) -> tuple[int, float, int]:
-            far = float("inf") if e.next_use is None else e.retained_at + e.next_use
-            return (-e.rank, -far, e.order)
+    def _victim(
+        self, now: float, allowed: Callable[[_Entry[B]], bool] | None = None
+    ) -> _Entry[B] | None:
+        """The entry to release first (among ``allowed`` ones that free a block)."""
+
+        def order(e: _Entry[B]) -> tuple[bool, int, float, int]:
+            return (self._worth(e, now), -e.rank, -e.remaining(now), e.order)
 
         candidates = [
-            e for e in self._entries.values() if outranked_by is None or e.rank >= outranked_by
+            e
+            for e in self._entries.values()
+            if (allowed is None or allowed(e)) and any(self._holders[b] == 1 for b in e.blocks)
         ]
         return min(candidates, key=order, default=None)
+
+    def _make_room(
+        self, enough: Callable[[], bool], now: float, allowed: Callable[[_Entry[B]], bool]
+    ) -> int:
+        ended = 0
+        while not enough():
+            victim = self._victim(now, allowed)
+            if victim is None:
+                break
+            self._drop(victim, "admission")
+            ended += 1
+        return ended
 
     def _drop(self, entry: _Entry[B], cause: ReleaseCause, *, free: bool = True) -> None:
         if self._entries.get(entry.key) is entry:

@@ -83,6 +83,11 @@ def _block_hash(parent: int | None, tokens: tuple[int, ...], adapter: AdapterRef
     return hash((parent, tokens, None if adapter is None else (adapter.name, adapter.path)))
 
 
+def _salt_root(salt: str | None) -> int | None:
+    """The parent of the first block: like vLLM, a salt enters the first block's hash."""
+    return None if salt is None else hash(("cache_salt", salt))
+
+
 @attrs.define(eq=False)
 class _Request:
     request: EngineRequest
@@ -336,7 +341,7 @@ class ScriptedEngine(EngineBridge):
     async def _admit(self, st: _Request) -> None:
         prompt = st.request.prompt
         n, bs = len(prompt), self.block_size
-        hashes = self._hashes(prompt.token_ids, prompt.adapter, n // bs)
+        hashes = self._hashes(prompt.token_ids, prompt.adapter, n // bs, st.request.cache_salt)
         limit = (n - 1) // bs
         heapq.heappush(self._line, (st.request.priority, st.seq, st))
         queued = anyio.current_time()
@@ -360,11 +365,7 @@ class ScriptedEngine(EngineBridge):
             if running < self.max_num_seqs and fits:
                 break
             if not fits and self._make_room(
-                hashes[:hits],
-                need,
-                self._retention.admission_floor(
-                    st.request.priority, anyio.current_time() - queued, running
-                ),
+                hashes[:hits], need, st.request.priority, anyio.current_time() - queued
             ):
                 continue  # retentions were released to admit it (never waits forever for one)
             await self._pause(st, event=self._pool_event())
@@ -407,7 +408,7 @@ class ScriptedEngine(EngineBridge):
             self._take()
             st.blocks.append(None)
         if (pos + 1) % bs == 0:
-            parent = st.hashes[-1] if st.hashes else None
+            parent = st.hashes[-1] if st.hashes else _salt_root(st.request.cache_salt)
             block = pos // bs
             self._cache_block(
                 st,
@@ -518,9 +519,16 @@ class ScriptedEngine(EngineBridge):
         self._notify()
         self._wake_head()
 
-    def _hashes(self, tokens: Sequence[int], adapter: AdapterRef | None, count: int) -> list[int]:
+    def _hashes(
+        self,
+        tokens: Sequence[int],
+        adapter: AdapterRef | None,
+        count: int,
+        salt: str | None = None,
+    ) -> list[int]:
         out: list[int] = []
-        parent: int | None = None
+        # like vLLM, the salt enters the first block's hash, so every block's
+        parent = _salt_root(salt)
         bs = self.block_size
         for i in range(count):
             parent = _block_hash(parent, tuple(tokens[i * bs : (i + 1) * bs]), adapter)
@@ -539,13 +547,16 @@ class ScriptedEngine(EngineBridge):
         if head is not None and head.turn is not None:
             head.turn.set()
 
-    def _make_room(self, hits: Sequence[int], need: int, floor: int | None) -> bool:
-        """Release retentions (expired first, then by policy from ``floor``) until ``need`` fit."""
+    def _make_room(self, hits: Sequence[int], need: int, priority: int, waited: float) -> bool:
+        """Release retentions by the admission rule until ``need`` blocks fit."""
         table = self._retention
         if not len(table):
             return False
-        ended = table.expire(anyio.current_time())
-        ended += table.make_room(lambda: self._fits(hits, need), outranked_by=floor)
+        now = anyio.current_time()
+        ended = table.expire(now)
+        ended += table.admit(
+            lambda: self._fits(hits, need), priority=priority, waited=waited, now=now
+        )
         return ended > 0
 
     def _fits(self, hits: Sequence[int], need: int) -> bool:

@@ -72,10 +72,15 @@ class VLLMBridge(EngineBridge):
             (``CPU Generator does not use offset``): ``"refuse"`` (default,
             ``RequestRefused("seed")``) or ``"ignore"`` (serve it unseeded).
         retention: the fraction of the KV cache that ``retain=`` may hold resident
-            (default 0.5; 0 or None: no retention, vLLM's own scheduler). It loads
-            our scheduler class into the EngineCore (``scheduler_cls``).
+            (default 0.8; 0 or None: no retention, vLLM's own scheduler). It loads
+            our scheduler class into the EngineCore (``scheduler_cls``). Waiting
+            requests take retained blocks by the admission rule (see ``Retain``),
+            so a large budget never starves a new program past the patience.
         retention_ttl: seconds a retention lives unless its ``Retain`` says
-            otherwise (default 600; None: until released).
+            otherwise (default 600; None: until released). Expiry happens on an
+            idle engine too.
+        prefill_rate: prompt tokens per second the engine computes, for the
+            retention's cost rule (default: 300 on CPU, 20 000 elsewhere).
         home: cache root for the default model (default ``$MICROAGENT_HOME``).
         progress: show a progress bar while preparing the default model.
     """
@@ -98,8 +103,9 @@ class VLLMBridge(EngineBridge):
         max_restarts: int = 3,
         restart_backoff: float = 1.0,
         cpu_seed: Literal["refuse", "ignore"] = "refuse",
-        retention: float | None = 0.5,
+        retention: float | None = 0.8,
         retention_ttl: float | None = 600.0,
+        prefill_rate: float | None = None,
         home: Path | None = None,
         progress: bool = True,
     ) -> None:
@@ -128,6 +134,11 @@ class VLLMBridge(EngineBridge):
             raise ValueError(f"retention_ttl must be > 0 seconds, got {retention_ttl}")
         self.retention = retention or 0.0
         self.retention_ttl = retention_ttl
+        if prefill_rate is not None and not prefill_rate > 0:
+            raise ValueError(f"prefill_rate must be > 0 tokens/s, got {prefill_rate}")
+        self.prefill_rate = prefill_rate or (300.0 if self._is_cpu else 20_000.0)
+        self._expiry_task: asyncio.Task[None] | None = None
+        self._expiry_wake = asyncio.Event()
         self._home = home
         self._progress = progress
         self.model_path: Path | str | None = None
@@ -170,6 +181,11 @@ class VLLMBridge(EngineBridge):
     async def close(self) -> None:
         """Abort live requests and shut the engine down (idempotent)."""
         self._closed = True
+        expiry, self._expiry_task = self._expiry_task, None
+        if expiry is not None and not expiry.done():
+            expiry.cancel()
+            with contextlib.suppress(BaseException):
+                await expiry
         task, self._restart_task = self._restart_task, None
         if task is not None and not task.done():
             task.cancel()
@@ -206,7 +222,9 @@ class VLLMBridge(EngineBridge):
         if self._is_cpu:
             args.update(dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.5)
         if self.retention_enabled:
-            args.update(compat.retention_engine_args(self.retention, self.retention_ttl))
+            args.update(
+                compat.retention_engine_args(self.retention, self.retention_ttl, self.prefill_rate)
+            )
         for key, value in self.extra_engine_args.items():
             if key == "additional_config" and isinstance(args.get(key), dict):
                 value = {**args[key], **dict(value)}
@@ -223,6 +241,34 @@ class VLLMBridge(EngineBridge):
         if engine is None or compat.engine_errored(engine):
             return 0
         return int(await compat.release_retentions(engine, keys, prefix))
+
+    def _on_retained(self) -> None:
+        """A request was retained: make sure its TTL ends even if the engine goes idle."""
+        if not self.retention_enabled or self._closed:
+            return
+        if self._expiry_task is None or self._expiry_task.done():
+            self._expiry_task = asyncio.get_running_loop().create_task(self._expire_idle())
+        else:
+            self._expiry_wake.set()
+
+    async def _expire_idle(self) -> None:
+        """Call the EngineCore's expiry at each retention's deadline until none is left.
+
+        A busy engine expires entries before every step; an idle one never
+        schedules, so without this a TTL would end only at the next request.
+        """
+        while not self._closed:
+            engine = self._engine
+            due: float | None = None
+            if engine is not None and not compat.engine_errored(engine):
+                with contextlib.suppress(Exception):
+                    due = await compat.expire_retentions(engine)
+            if due is None and engine is not None:
+                return
+            self._expiry_wake.clear()
+            with contextlib.suppress(TimeoutError):
+                # a new retention may end sooner: it wakes the wait
+                await asyncio.wait_for(self._expiry_wake.wait(), 1.0 if due is None else due)
 
     async def _retention_stats(self) -> RetentionStats:
         engine = self._engine
@@ -414,7 +460,7 @@ class VLLMBridge(EngineBridge):
         if self.data_parallel_rank is not None:
             kwargs["data_parallel_rank"] = self.data_parallel_rank
         stream = engine.generate(
-            compat.tokens_prompt(request.prompt.token_ids),
+            compat.tokens_prompt(request.prompt.token_ids, request.cache_salt),
             compat.sampling_params(sampling, seed=seed, retain=request.retain),
             request.request_id,
             **kwargs,

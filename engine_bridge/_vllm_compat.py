@@ -202,16 +202,23 @@ class HFTokenizer:
 # -- requests ---------------------------------------------------------------------------------
 
 
-def tokens_prompt(token_ids: Sequence[int]) -> Any:
-    """The engine input for a prompt given as token ids (no re-tokenization)."""
+def tokens_prompt(token_ids: Sequence[int], cache_salt: str | None = None) -> Any:
+    """The engine input for a prompt given as token ids (no re-tokenization).
+
+    ``cache_salt`` enters the hash of the first block (so of every block):
+    prompts of different salts never share a cached block.
+    """
     try:
         from vllm.inputs.engine import tokens_input  # vLLM >= 0.2x: pre-rendered input
 
-        return tokens_input(list(token_ids))
+        return tokens_input(list(token_ids), cache_salt=cache_salt)
     except ImportError:  # pragma: no cover - older vLLM
         from vllm.inputs import TokensPrompt
 
-        return TokensPrompt(prompt_token_ids=list(token_ids))
+        prompt = TokensPrompt(prompt_token_ids=list(token_ids))
+        if cache_salt is not None:
+            prompt["cache_salt"] = cache_salt
+        return prompt
 
 
 def sampling_params(
@@ -321,14 +328,20 @@ def token_logprobs(
     return tuple(out)
 
 
-def retention_engine_args(budget: float, ttl: float | None) -> dict[str, Any]:
+def retention_engine_args(budget: float, ttl: float | None, prefill_rate: float) -> dict[str, Any]:
     """Engine arguments that load the retaining scheduler with these settings."""
     from ._vllm_retention import CONFIG_KEY, RetainingScheduler
 
-    return {
-        "scheduler_cls": RetainingScheduler,
-        "additional_config": {CONFIG_KEY: {"budget": budget, "ttl": ttl}},
-    }
+    settings = {"budget": budget, "ttl": ttl, "prefill_rate": prefill_rate}
+    return {"scheduler_cls": RetainingScheduler, "additional_config": {CONFIG_KEY: settings}}
+
+
+async def expire_retentions(engine: Any) -> float | None:
+    """End the EngineCore's expired retentions; seconds until the next one ends (None: never)."""
+    from ._vllm_retention import EXPIRE_UTILITY
+
+    due = await engine.engine_core.call_utility_async(EXPIRE_UTILITY)
+    return None if due is None else float(due)
 
 
 async def release_retentions(engine: Any, keys: list[str], prefix: str | None) -> Any:

@@ -17,10 +17,11 @@ installed source, and checked by the real-engine tests):
 Every vLLM-internal name of the retention lives in this module. Only requests
 that finish normally (stop, length) are retained; aborted ones free as usual.
 Before each ``schedule()``, expired entries end, and when the head of the
-waiting queue cannot be allocated, entries are released (the table's policy
-and admission rule: those it outranks, all of them when nothing runs or it
-has waited past the patience) until it can: a retention never makes a
-request wait forever.
+waiting queue cannot be allocated, entries are released by the table's
+admission rule (those of programs served after it, those not worth keeping,
+any past the patience) until it can: a retention never makes a request wait
+longer than the patience. An idle engine never schedules, so the bridge calls
+``EXPIRE_UTILITY`` at each entry's deadline.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ CONFIG_KEY = "microagent_retention"
 #: Names of the utility methods the bridge calls on the EngineCore.
 RELEASE_UTILITY = "microagent_release"
 STATS_UTILITY = "microagent_retention_stats"
+EXPIRE_UTILITY = "microagent_expire"
 
 _RETAINED_STATUSES = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
 
@@ -63,6 +65,8 @@ class RetainingScheduler(Scheduler):
             budget=int(pool.num_gpu_blocks * fraction),
             free=self._give_back,
             default_ttl=float(ttl) if ttl is not None else None,
+            block_tokens=int(self.block_size),
+            prefill_rate=float(settings.get("prefill_rate", 300.0)),
         )
 
     def _give_back(self, block_ids: Sequence[int]) -> None:
@@ -99,10 +103,12 @@ class RetainingScheduler(Scheduler):
             # the cheap bound first: a head that fits without any hit needs no release
             if head is not None and pool.get_num_free_blocks() <= self._blocks_at_most(head):
                 need = self._blocks_needed(head)
-                floor = table.admission_floor(
-                    head.priority, time.time() - head.arrival_time, len(self.running)
+                table.admit(
+                    lambda: pool.get_num_free_blocks() >= need,
+                    priority=head.priority,
+                    waited=time.time() - head.arrival_time,
+                    now=time.monotonic(),
                 )
-                table.make_room(lambda: pool.get_num_free_blocks() >= need, outranked_by=floor)
         return super().schedule(*args, **kwargs)
 
     def _waiting_head(self) -> Request | None:
@@ -147,6 +153,18 @@ def _release(core: EngineCore, keys: list[str], prefix: str | None) -> int:
     return scheduler.retention.release(keys, prefix=prefix)
 
 
+def _expire(core: EngineCore) -> float | None:
+    """End the entries past their TTL (an idle engine never schedules); the next deadline."""
+    scheduler = core.scheduler
+    if not isinstance(scheduler, RetainingScheduler):
+        return None
+    table = scheduler.retention
+    now = time.monotonic()
+    table.expire(now)
+    due = table.next_expiry()
+    return None if due is None else max(0.0, due - now)
+
+
 def _stats(core: EngineCore) -> dict[str, object]:
     scheduler = core.scheduler
     if not isinstance(scheduler, RetainingScheduler):
@@ -158,3 +176,4 @@ def _stats(core: EngineCore) -> dict[str, object]:
 # importing this module there (to load the scheduler class) installs them.
 setattr(EngineCore, RELEASE_UTILITY, _release)
 setattr(EngineCore, STATS_UTILITY, _stats)
+setattr(EngineCore, EXPIRE_UTILITY, _expire)

@@ -21,6 +21,7 @@ from ._quiet import EngineLog as EngineLog
 from ._quiet import quiet_engine_logs as quiet_engine_logs
 from ._schemas import ChatCompletionRequest as ChatCompletionRequest
 from ._schemas import CollaborationModel as CollaborationModel
+from ._sessions import SessionSettings as SessionSettings
 from ._sse import EventBuffer as EventBuffer
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "LiveView",
     "ServerLimits",
     "ServerMetrics",
+    "SessionSettings",
     "collaboration_response",
     "create_app",
     "open_engines",

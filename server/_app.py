@@ -50,12 +50,15 @@ from ..engine_bridge import (
     GenerationResult,
     KVHandle,
     RequestRefused,
+    Retain,
     Sampling,
     ToolCallStream,
     ToolPlan,
     UnknownAdapter,
     open_bridges,
     render_tool_result,
+    salt_for,
+    set_cache_salt,
     with_tool_instructions,
 )
 from ._errors import ApiError, bad_request, error_responses
@@ -77,6 +80,7 @@ from ._retry import (
     run_retrying,
 )
 from ._schemas import ChatCompletionRequest
+from ._sessions import SessionPlan, Sessions, SessionSettings
 from ._shutdown import Drain
 from ._sse import DONE, EventBuffer, SSEResponse, StreamItem
 from ._tools import history_calls, tool_plan
@@ -141,6 +145,9 @@ class _State:
     requests: int = 0
     drain: Drain = attrs.Factory(Drain)
     quotas: Quotas | None = None
+    sessions: Sessions = attrs.Factory(Sessions)
+    #: salt each API key's prefix cache apart (several keys, no shared cache)
+    salted: bool = False
 
 
 def create_app(
@@ -153,6 +160,7 @@ def create_app(
     tools: Iterable[Tool] = (),
     mcp_servers: Mapping[str, McpServer | str] | None = None,
     drain: Drain | None = None,
+    sessions: SessionSettings | None = None,
 ) -> FastAPI:
     """The OpenAI-compatible app serving ``engines`` (served model id -> bridge).
 
@@ -172,6 +180,8 @@ def create_app(
             ``collaboration.tools`` gives the agents all of its tools.
         drain: the graceful-shutdown state (``microagent serve`` drains it on SIGTERM:
             new requests get 503, those in flight get its grace period).
+        sessions: how turns are retained for the next one (``prompt_cache_*``, tool
+            calls), and whether several API keys share one prefix cache.
     """
     if not engines:
         raise ValueError("serve at least one engine")
@@ -183,6 +193,9 @@ def create_app(
         tools={t.name: (t,) for t in tools},
         drain=drain or Drain(),
     )
+    state.sessions = Sessions(sessions or SessionSettings())
+    keys = [api_key] if isinstance(api_key, str) else list(api_key or ())
+    state.salted = len(keys) > 1 and not state.sessions.settings.shared_cache
     state.drain.pending = lambda: state.requests
     if state.limits.key_quota.limited:
         state.quotas = Quotas(state.limits.key_quota, retry_after=state.limits.retry_after)
@@ -206,7 +219,6 @@ def create_app(
 
     app = FastAPI(title=title, version="0.1.0", lifespan=lifespan)
     app.state.microagent = state
-    keys = [api_key] if isinstance(api_key, str) else list(api_key or ())
     app.add_middleware(Guard, api_keys=keys, max_body_bytes=state.limits.max_body_bytes)
     add_ui(app)  # the browser view at /ui (static files; it uses the API like any client)
 
@@ -267,6 +279,9 @@ def create_app(
             if body.agents is not None or body.collaboration is not None
             else "completion"
         )
+        # every engine request this request starts (its stream and actors too) is salted
+        # with its key's salt: tenants never share, hit or release each other's blocks
+        set_cache_salt(salt_for(_tenant(request)) if state.salted else None)
         try:
             if state.drain.draining:
                 state.metrics.inc("microagent_rejected_total", reason="shutting_down")
@@ -409,9 +424,10 @@ def _message_text(content: str | list[Any] | None, where: str) -> str:
     return "".join(parts)
 
 
-async def _compose(bridge: EngineBridge, messages: list[dict[str, str]]) -> KVHandle:
+async def _compose(bridge: EngineBridge, messages: Sequence[Mapping[str, Any]]) -> KVHandle:
     """The conversation as a handle; long texts are tokenized off the event loop."""
     chat: Any = bridge.chat
+    messages = list(messages)
     roles = getattr(getattr(chat, "template", None), "roles", None)
     if roles is not None:
         for i, m in enumerate(messages):
@@ -574,11 +590,17 @@ def _check_budget(
     )
 
 
+def _tenant(request: Request) -> str:
+    """The request's API key id (a digest): its quota account, cache salt and session scope."""
+    found = getattr(request.state, "api_key_id", None)
+    return found if isinstance(found, str) else key_id(None)
+
+
 def _admit(state: _State, request: Request, worst: int) -> Admission | None:
     """Take the request's place in its API key's quota account (429 when full)."""
     if state.quotas is None:
         return None
-    key = getattr(request.state, "api_key_id", None) or key_id(None)
+    key = _tenant(request)
     try:
         return state.quotas.admit(key, worst)
     except ApiError as exc:
@@ -660,7 +682,8 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
         raise bad_request(
             "response_format json and tools cannot both shape one reply", "response_format"
         )
-    messages = _messages(body, plan)
+    tenant = _tenant(request)
+    messages = state.sessions.splice(tenant, bridge, _messages(body, plan))
     release = _reserve(state, collaboration=False)
     handed = False
     try:
@@ -694,17 +717,33 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
             raise _engine_error(exc) from None
         except ValueError as exc:
             raise bad_request(str(exc)) from None
+        options = body.prompt_cache_options
+        session = state.sessions.plan(
+            tenant,
+            bridge,
+            prompt,
+            cache_key=body.prompt_cache_key,
+            ttl=options.ttl if options is not None else None,
+            retention=body.prompt_cache_retention,
+            tools=plan is not None and plan.active and body.n == 1,
+        )
+        if body.n > 1:  # n forks of one prompt: none of them is the session's next turn
+            session = attrs.evolve(session, retain=None)
         stamp = _Stamp.new(bridge.model)
         admission = _admit(state, request, len(prompt) * body.n + body.n * max_tokens)
         release = _settling(release, admission)
         if body.stream:
             handed = True
-            return _stream_completion(state, bridge, body, prompt, sampling, stamp, release, plan)
+            return _stream_completion(
+                state, bridge, body, prompt, sampling, stamp, release, plan, (tenant, session)
+            )
         hint = retry_after([bridge], state.limits.retry_after)
 
         async def attempt() -> list[GenerationResult]:
             try:
-                return await _generate_n(bridge, prompt, sampling, body.n)
+                return await _generate_n(
+                    bridge, prompt, sampling, body.n, session.priority, session.retain
+                )
             except Exception as exc:
                 raise _engine_error(exc, hint) from None
 
@@ -724,6 +763,10 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
         completion = sum(r.completion_tokens for r in results)
         if admission is not None:  # what it used, not its worst case
             admission.settle(prompt_tokens + completion)
+        choices = [
+            _choice(bridge, i, r, plan, body.top_logprobs or 0) for i, r in enumerate(results)
+        ]
+        await _turn_done(state, bridge, tenant, session, results[0], choices[0]["message"])
     finally:
         if not handed:
             release()
@@ -734,11 +777,34 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
             "object": "chat.completion",
             "created": stamp.created,
             "model": stamp.model,
-            "choices": [
-                _choice(bridge, i, r, plan, body.top_logprobs or 0) for i, r in enumerate(results)
-            ],
+            "choices": choices,
             "usage": _usage(prompt_tokens, cached, completion),
         }
+    )
+
+
+async def _turn_done(
+    state: _State,
+    bridge: EngineBridge,
+    tenant: str,
+    session: SessionPlan,
+    result: GenerationResult,
+    message: Mapping[str, Any],
+) -> None:
+    """A turn finished: remember its ids under the text the client will send back, and keep
+    (or release) its retention for the session's next turn."""
+    calls = message.get("tool_calls") or []
+    content = message.get("content") or ""
+    text = history_calls(content, calls, "message") if calls else content
+    if result.finish_reason in ("stop", "length"):
+        state.sessions.remember_generated(tenant, bridge.model, text, result.output_ids)
+    await state.sessions.finished(
+        tenant,
+        bridge,
+        session,
+        result.handle,
+        tool_calls=bool(calls),
+        ok=result.finish_reason in ("stop", "length"),
     )
 
 
@@ -762,14 +828,21 @@ def _choice(
 
 
 async def _generate_n(
-    bridge: EngineBridge, prompt: KVHandle, sampling: Sampling, n: int
+    bridge: EngineBridge,
+    prompt: KVHandle,
+    sampling: Sampling,
+    n: int,
+    priority: int = 0,
+    retain: Retain | None = None,
 ) -> list[GenerationResult]:
     results: list[GenerationResult | None] = [None] * n
     failures: list[BaseException] = []
 
     async def one(i: int) -> None:
         try:
-            results[i] = await bridge.generate(prompt, sampling)
+            results[i] = await bridge.generate(
+                prompt, sampling, priority=priority, retain=retain if i == 0 else None
+            )
         except Exception as exc:
             failures.append(exc)
             tg.cancel_scope.cancel()
@@ -791,6 +864,7 @@ def _stream_completion(
     stamp: _Stamp,
     release: Callable[[], None],
     plan: ToolPlan | None = None,
+    session: tuple[str, SessionPlan] | None = None,
 ) -> Response:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     buffer = EventBuffer(state.limits.max_sse_buffer)
@@ -814,7 +888,13 @@ def _stream_completion(
     async def one(index: int) -> None:
         buffer.put(chunk(index, {"role": "assistant", "content": ""}))
         calls = ToolCallStream(plan) if plan is not None else None
-        async with bridge.stream(prompt, sampling) as gen:
+        turn = session[1] if session is not None else None
+        async with bridge.stream(
+            prompt,
+            sampling,
+            priority=0 if turn is None else turn.priority,
+            retain=turn.retain if turn is not None and index == 0 else None,
+        ) as gen:
             async for delta in gen:
                 text = bridge.chat.content(delta.text)
                 if calls is not None:
@@ -840,6 +920,13 @@ def _stream_completion(
                 reason = "tool_calls"
                 deltas = [{"index": k, **call} for k, call in enumerate(made)]
                 buffer.put(chunk(index, {"tool_calls": deltas}))
+        if session is not None and index == 0:
+            message = (
+                _choice(bridge, 0, result, plan, 0)["message"]
+                if plan is not None
+                else {"content": result.content}
+            )
+            await _turn_done(state, bridge, session[0], session[1], result, message)
         buffer.put(chunk(index, {}, finish_reason=reason))
 
     async def produce(buf: EventBuffer) -> None:

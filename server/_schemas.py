@@ -178,9 +178,29 @@ REFUSED_PARAMETERS: dict[str, str] = {
     "verbosity": "the served models have no verbosity setting",
     "web_search_options": "web search is not supported",
     "moderation": "moderation is not supported",
-    "prompt_cache_options": "prompt caching is automatic (vLLM's prefix cache)",
-    "prompt_cache_retention": "prompt caching is automatic (vLLM's prefix cache)",
 }
+
+
+class PromptCacheOptions(BaseModel):
+    """``prompt_cache_options``: keep this turn's KV resident for the session's next turn."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ttl: str | None = Field(
+        default=None,
+        pattern=r"^[1-9][0-9]{0,6}(s|m|h|d)$",
+        description=(
+            "Minimum lifetime of the retained turn ('30m' by default; '90s', '2h', '1d'), "
+            "clamped to the server's ceiling; a best effort under memory pressure."
+        ),
+    )
+    mode: Literal["implicit"] | None = Field(
+        default=None,
+        description=(
+            "Only 'implicit' (the whole prompt and reply are retained): content-block "
+            "breakpoints are not supported."
+        ),
+    )
 
 
 def _closed_schema(schema: dict[str, Any]) -> None:
@@ -193,9 +213,10 @@ class ChatCompletionRequest(BaseModel):
 
     Every parameter is honoured or refused: an undeclared one is a 400 naming it
     (``REFUSED_PARAMETERS`` say why for OpenAI's own). ``user``, ``metadata``,
-    ``safety_identifier`` and ``prompt_cache_key`` identify a request and do not
-    change its output. ``top_k``, ``min_p`` and ``repetition_penalty`` are vLLM's
-    extra sampling parameters.
+    ``safety_identifier`` identify a request and do not change its output;
+    ``prompt_cache_key``, ``prompt_cache_options`` and ``prompt_cache_retention``
+    retain its KV for the session's next turn (``server._sessions``). ``top_k``,
+    ``min_p`` and ``repetition_penalty`` are vLLM's extra sampling parameters.
     """
 
     model_config = ConfigDict(extra="allow", strict=True, json_schema_extra=_closed_schema)
@@ -224,7 +245,19 @@ class ChatCompletionRequest(BaseModel):
     parallel_tool_calls: bool | None = None
     user: str | None = Field(default=None, max_length=256)
     safety_identifier: str | None = Field(default=None, max_length=256)
-    prompt_cache_key: str | None = Field(default=None, max_length=256)
+    prompt_cache_key: str | None = Field(
+        default=None,
+        max_length=256,
+        description="Groups a session's requests: its turns are retained for the next one.",
+    )
+    prompt_cache_options: PromptCacheOptions | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = Field(
+        default=None,
+        description=(
+            "Deprecated by OpenAI; 'in_memory' retains for the server's default TTL, "
+            "'24h' for 24 hours (clamped to the server's ceiling)."
+        ),
+    )
     metadata: dict[str, str] | None = None
     store: bool | None = None
     service_tier: str | None = None

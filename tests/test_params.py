@@ -68,6 +68,16 @@ def _json_valid(body: dict[str, Any], _: ScriptedEngine) -> None:
     jsonschema.validate(json.loads(body["choices"][0]["message"]["content"]), SCHEMA)
 
 
+def _retained_for(seconds: float) -> Check:
+    """The request's turn was retained for ``seconds`` (the session's next turn hits it)."""
+
+    def check(_: dict[str, Any], engine: ScriptedEngine) -> None:
+        retain = engine.history[-1].retain
+        assert retain is not None and retain.ttl == seconds, retain
+
+    return check
+
+
 #: parameter -> (a value to send, how its effect is checked); refused ones are in REFUSED
 HONOURED: dict[str, tuple[Any, Check]] = {
     "messages": (USER, _ok),
@@ -96,7 +106,9 @@ HONOURED: dict[str, tuple[Any, Check]] = {
     "user": ("user-1", _ok),
     "metadata": ({"team": "a"}, _ok),
     "safety_identifier": ("hash-1", _ok),
-    "prompt_cache_key": ("key-1", _ok),
+    "prompt_cache_key": ("key-1", _retained_for(1800.0)),
+    "prompt_cache_options": ({"ttl": "90s"}, _retained_for(90.0)),
+    "prompt_cache_retention": ("24h", _retained_for(86400.0)),
     "store": (False, _ok),
     "service_tier": ("auto", _ok),
 }

@@ -32,7 +32,9 @@ ops = st.lists(
         st.tuples(st.just("release"), st.sampled_from("abcdef")),
         st.tuples(st.just("prefix"), st.sampled_from(["", "a", "b", "z"])),
         st.tuples(st.just("tick"), st.floats(0.0, 3.0)),
-        st.tuples(st.just("room"), st.integers(0, 20), st.one_of(st.none(), st.integers(-3, 3))),
+        st.tuples(
+            st.just("room"), st.integers(0, 20), st.integers(-3, 3), st.sampled_from([0.0, 30.0])
+        ),
     ),
     max_size=40,
 )
@@ -45,7 +47,18 @@ def test_table_keeps_its_budget_and_gives_every_reference_back(budget: int, prog
     taken: Counter[int] = Counter()
     table: RetentionTable[int] = RetentionTable(budget=budget, free=given_back.update)
     ranks: dict[str, int] = {}
+    # the reference model's own record of each entry: (blocks, next_use, retained_at)
+    seen: dict[str, tuple[int, float | None, float]] = {}
     now = 0.0
+
+    def worth(key: str) -> bool:
+        """The stated rule, written again: next use within max(2 s, 4 x recompute time)."""
+        blocks, next_use, at = seen[key]
+        if next_use is None:
+            return False
+        late_or_early = abs(at + next_use - now)
+        return late_or_early <= max(2.0, 4.0 * blocks * 16 / 300.0)
+
     for op in program:
         kind = op[0]
         if kind == "retain":
@@ -54,6 +67,7 @@ def test_table_keeps_its_budget_and_gives_every_reference_back(budget: int, prog
             live = table.retain(Retain(key, ttl=ttl, next_use=next_use), blocks, now, rank=rank)
             assert live == (key in table)
             ranks[key] = rank
+            seen[key] = (len(blocks), next_use, now)
         elif kind == "release":
             table.release([op[1]])
             assert op[1] not in table
@@ -64,16 +78,27 @@ def test_table_keeps_its_budget_and_gives_every_reference_back(budget: int, prog
             now += op[1]
             table.expire(now)
         else:
-            _, target, floor = op
+            _, target, priority, waited = op
+            table.expire(now)
             before = set(table.names())
-            table.make_room(lambda t=target: table.held_blocks <= t, outranked_by=floor)
+
+            def may_take(k: str, p: int = priority, w: float = waited) -> bool:
+                return w >= table.patience or ranks[k] > p or not worth(k)
+
+            allowed_before = {k for k in before if may_take(k)}
+            table.admit(
+                lambda t=target: table.held_blocks <= t, priority=priority, waited=waited, now=now
+            )
             gone = before - set(table.names())
-            # only entries it outranks go, served-last first; it stops once enough
-            assert floor is None or all(ranks[k] >= floor for k in gone)
-            if gone:
-                assert all(ranks[k] <= min(ranks[g] for g in gone) for k in table.names())
-            outranked = [k for k in table.names() if floor is None or ranks[k] >= floor]
-            assert table.held_blocks <= target or not outranked
+            # only what the admission rule allows goes, and not one more than enough
+            assert gone <= allowed_before
+            held_now = Counter(b for k in table.names() for b in table.blocks_of(k))
+            frees = [
+                k
+                for k in table.names()
+                if may_take(k) and any(held_now[b] == 1 for b in table.blocks_of(k))
+            ]
+            assert table.held_blocks <= target or not frees
         # invariants after every step
         assert table.held_blocks <= budget
         held = Counter(b for k in table.names() for b in table.blocks_of(k))
@@ -94,26 +119,52 @@ def test_policy_releases_the_furthest_next_use_first_then_the_oldest() -> None:
     table.retain(Retain("unknown-new"), [4], 1.0)
     order = []
     while len(table):
-        table.make_room(lambda n=len(table): len(table) < n)
+        table.make_room(lambda n=len(table): len(table) < n, now=0.0)
         order.append(freed[-1])
+    # no hint and a next use 50 s away are not worth keeping (1 block recomputes in 0.05 s)
     assert order == [(3,), (4,), (2,), (1,)]
 
 
-def test_the_owner_served_last_goes_first_and_admission_takes_only_what_it_outranks() -> None:
+def test_admission_is_by_program_and_bounded_by_the_patience() -> None:
+    """A newer program (higher priority value) waits for sessions that come back soon; an
+    older program's continuation takes a newer one's blocks; late sessions go; patience ends it."""
     freed: list[tuple[int, ...]] = []
     table: RetentionTable[int] = RetentionTable(budget=100, free=lambda b: freed.append(tuple(b)))
-    table.retain(Retain("older-collab", next_use=50.0), [1], 0.0, rank=10)
-    table.retain(Retain("younger-collab", next_use=1.0), [2], 0.0, rank=20)
-    table.retain(Retain("oldest-collab"), [3], 0.0, rank=5)
-    # a request of priority 10 may take rank 20 then rank 10, never rank 5
-    assert table.make_room(lambda: False, outranked_by=10) == 2
-    assert freed == [(2,), (1,)] and table.names() == ["oldest-collab"]
-    # while requests run and it has not waited past the patience, the floor holds
-    assert table.admission_floor(10, waited=table.patience / 2, running=3) == 10
-    # nothing running (no block would ever come back) or out of patience: any entry
-    assert table.admission_floor(10, waited=0.0, running=0) is None
-    assert table.admission_floor(10, waited=table.patience, running=3) is None
-    assert table.make_room(lambda: False, outranked_by=None) == 1 and len(table) == 0
+    table.retain(Retain("old-session", next_use=1.0), [1], 0.0, rank=10)
+    table.retain(Retain("young-session", next_use=1.0), [2], 0.0, rank=20)
+    # a new program (priority 30) may take neither: both come back within their horizon
+    assert table.admit(lambda: False, priority=30, waited=1.0, now=0.5) == 0
+    # the old program's continuation (priority 10) takes the young one's, never its elders'
+    assert table.admit(lambda: False, priority=10, waited=0.0, now=0.5) == 1
+    assert freed == [(2,)] and table.names() == ["old-session"]
+    # late by more than the horizon (2 s here): not worth keeping, a newcomer takes it
+    assert table.worth_keeping("old-session", now=2.5)
+    assert not table.worth_keeping("old-session", now=3.5)
+    table.retain(Retain("again", next_use=1.0), [3], 3.5, rank=5)
+    assert table.admit(lambda: False, priority=30, waited=0.0, now=3.5) == 1
+    assert table.names() == ["again"]
+    # past the patience, any entry goes: nothing waits longer than that
+    assert table.admit(lambda: False, priority=30, waited=table.patience, now=3.5) == 1
+    assert len(table) == 0
+
+
+def test_a_scoped_retention_supersedes_the_turns_it_covers_and_no_other() -> None:
+    table: RetentionTable[int] = RetentionTable(budget=100, free=lambda b: None)
+    table.retain(Retain("s/turn1", scope="tenant-a"), [1, 2], 0.0)
+    table.retain(Retain("s/parallel", scope="tenant-a"), [1, 5], 0.0)  # shares a block only
+    table.retain(Retain("other-tenant", scope="tenant-b"), [1, 2], 0.0)
+    table.retain(Retain("s/turn2", scope="tenant-a"), [1, 2, 3], 1.0)  # extends turn 1
+    assert table.names() == ["s/parallel", "other-tenant", "s/turn2"]
+    assert table.stats().released["superseded"] == 1
+
+
+def test_room_counts_blocks_an_entry_that_frees_none_is_kept() -> None:
+    table: RetentionTable[int] = RetentionTable(budget=100, free=lambda b: None)
+    table.retain(Retain("inner"), [1], 0.0)
+    table.retain(Retain("outer", next_use=1.0), [1, 2], 0.0)
+    # the first victim by order is "inner" (no hint), but it frees no block while "outer" lives
+    table.make_room(lambda: table.held_blocks <= 1, now=0.0)
+    assert table.names() == ["inner"] and table.held_blocks == 1
 
 
 def test_superseding_keeps_the_shared_blocks_held() -> None:

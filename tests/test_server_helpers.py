@@ -20,7 +20,7 @@ import uvicorn
 from microagent.collab import Tool
 from microagent.engine_bridge import EngineBridge
 from microagent.engine_bridge._scripted import ScriptedEngine
-from microagent.server import ServerLimits, create_app
+from microagent.server import ServerLimits, SessionSettings, create_app
 
 
 class LiveServer:
@@ -65,6 +65,7 @@ def live_server(
     open_engines: bool = True,
     tools: Sequence[Tool] = (),
     mcp_servers: Mapping[str, Any] | None = None,
+    sessions: SessionSettings | None = None,
 ) -> Iterator[LiveServer]:
     """Serve ``make_engines()`` on 127.0.0.1 until the block ends."""
     with contextlib.ExitStack() as stack:
@@ -80,6 +81,7 @@ def live_server(
                 open_engines=open_engines,
                 tools=tools,
                 mcp_servers=mcp_servers,
+                sessions=sessions,
             ), engines
 
         app, engines = portal.call(build)
