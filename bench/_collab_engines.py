@@ -22,6 +22,7 @@ from typing import Any
 
 from microagent import VLLMBridge
 from microagent.engine_bridge import Generation
+from microagent.engine_bridge._vllm_compat import cpu_dtype
 
 SETTINGS: dict[str, Any] = {
     "max_num_batched_tokens": 2048,
@@ -98,7 +99,7 @@ class Server:
             "--max-model-len",
             str(SETTINGS["max_model_len"]),
             "--dtype",
-            "bfloat16",
+            cpu_dtype(),  # the same as the in-process engine's
             "--enforce-eager",
             "--gpu-memory-utilization",
             "0.5",

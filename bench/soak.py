@@ -26,7 +26,9 @@ allocator's high-water mark, and repeated sizes add nothing), then runs
 legitimately: compiled grammars, tokenizer and template caches, vLLM's buffers). After the
 run, once the server is idle again, every checked measure must be back at that
 level ± 5 % (a level of 0 must be 0 again). Idle = no request, collaboration or
-engine request in flight, file descriptors steady, then a settling pause. No
+engine request in flight, no live retention (the server runs with
+``--session-ttl-max`` of ``--session-ttl`` seconds, so every retained turn ends),
+file descriptors steady, then a settling pause. No
 response may be a 5xx and every bad input must get the status it expects.
 
 Writes ``bench/results/soak[_quick].json``, a Markdown table of the checks and
@@ -77,7 +79,9 @@ def free_port() -> int:
 class SoakServer:
     """``microagent serve`` as a child process (its own process group), with the soak's tool."""
 
-    def __init__(self, engine: str, port: int, log: Path, engine_args: list[str]) -> None:
+    def __init__(
+        self, engine: str, port: int, log: Path, engine_args: list[str], session_ttl: float
+    ) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.command = [
@@ -91,6 +95,10 @@ class SoakServer:
             str(port),
             "--tool",
             "lookup=_soak_requests:lookup",
+            # every retained turn (tool calls, prompt_cache_*) ends within this: an idle
+            # server holds no retention, so a retention that never ends shows as a leak
+            "--session-ttl-max",
+            str(session_ttl),
         ]
         for arg in engine_args:
             self.command += ["--engine-arg", arg]
@@ -208,6 +216,7 @@ async def idle_sample(
                 "engine_running",
                 "engine_waiting",
                 "engine_live",
+                "retentions",  # every retention ends by its TTL (--session-ttl-max)
             )
         )
         if not busy and previous is not None and previous["fds"] == s["fds"]:
@@ -233,7 +242,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     import httpx
 
     log = args.out / f"{args.stem}_server.log"
-    server = SoakServer(args.engine, args.port or free_port(), log, args.engine_arg)
+    server = SoakServer(
+        args.engine, args.port or free_port(), log, args.engine_arg, args.session_ttl
+    )
     samples: list[dict[str, Any]] = []
     # the sampler's own connection stays open all along: the same descriptor in every sample
     probe = httpx.AsyncClient(base_url=server.url, timeout=60.0)
@@ -294,6 +305,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "settings": {
             "engine": args.engine,
             "engine_args": args.engine_arg,
+            "session_ttl": args.session_ttl,
             "requests": args.requests,
             "warmup": args.warmup,
             "concurrency": args.concurrency,
@@ -375,6 +387,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "more than the 1 GiB KV cache of the default model holds; 0 on the ScriptedEngine)",
     )
     parser.add_argument("--settle", type=float, default=3.0, help="idle pause before a sample")
+    parser.add_argument(
+        "--session-ttl",
+        type=float,
+        default=3.0,
+        help="the server's --session-ttl-max: idle waits until every retention ended",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")

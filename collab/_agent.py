@@ -25,7 +25,14 @@ from ..engine_bridge import (
 )
 from ._outcome import AgentRecord
 from ._spec import AgentSpec
-from ._tools import DEFAULT_MAX_TOOL_STEPS, AgentToolChoice, Tool, agent_tool_plan, run_calls
+from ._tools import (
+    DEFAULT_MAX_TOOL_STEPS,
+    TOOL_TIMES,
+    AgentToolChoice,
+    Tool,
+    agent_tool_plan,
+    run_calls,
+)
 
 
 @attrs.frozen
@@ -157,7 +164,9 @@ class RoleActor(Actor):
         for step in range(self.max_tool_steps + 1):
             last = step == self.max_tool_steps
             sampling = turn.sampling if last else plan.constrain(turn.sampling)
-            done = await self._generate(turn, prompt, sampling, keep=turn.keep or not last)
+            done = await self._generate(
+                turn, prompt, sampling, keep=turn.keep or not last, tool_step=not last
+            )
             result = done.result
             if last or result is None or result.finish_reason != "stop" or self.pruned:
                 return done
@@ -218,12 +227,22 @@ class RoleActor(Actor):
         return chat.generation_prompt(thread)
 
     async def _generate(
-        self, turn: Turn, prompt: KVHandle, sampling: Sampling, *, keep: bool
+        self,
+        turn: Turn,
+        prompt: KVHandle,
+        sampling: Sampling,
+        *,
+        keep: bool,
+        tool_step: bool = False,
     ) -> TurnDone:
         record = self.record
         submitted = self._clock()
         first_token: float | None = None
-        retain = Retain(self.retention_key) if keep and self.retention_key else None
+        retain = None
+        if keep and self.retention_key:
+            # a step that may call tools comes back after them: their usual duration
+            next_use = TOOL_TIMES.expected(self.tools) if tool_step else None
+            retain = Retain(self.retention_key, next_use=next_use)
         async with self.bridge.stream(
             prompt,
             sampling,

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import inspect
 import json
+import statistics
 import types
 import typing
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, Union, get_args, get_origin
 
@@ -32,6 +34,31 @@ DEFAULT_MAX_OUTPUT_CHARS = 4000
 DEFAULT_MAX_TOOL_STEPS = 4
 
 ToolFunction = Callable[..., Any]
+
+
+@attrs.define(eq=False)
+class ToolTimes:
+    """Recent durations of each tool, which predict when an agent waiting on it comes back.
+
+    An agent's step that may call tools is retained with ``expected(names)`` as
+    its next use: under pressure, the engine keeps it while the wait is short
+    against what recomputing it would cost (``Retain.next_use``).
+    """
+
+    keep: int = 32
+    _seen: dict[str, deque[float]] = attrs.field(factory=dict, init=False)
+
+    def observe(self, name: str, seconds: float) -> None:
+        self._seen.setdefault(name, deque(maxlen=self.keep)).append(max(0.0, seconds))
+
+    def expected(self, names: Iterable[str]) -> float | None:
+        """The median recent duration over ``names`` (None: none of them has run yet)."""
+        durations = [d for name in names for d in self._seen.get(name, ())]
+        return statistics.median(durations) if durations else None
+
+
+#: This process's tool durations (``run_calls`` records every call).
+TOOL_TIMES = ToolTimes()
 
 
 @attrs.frozen
@@ -185,7 +212,8 @@ async def run_calls(
         if not isinstance(arguments, dict):
             outcomes[i] = ToolOutcome("error: arguments must be a JSON object", False, 0.0)
             return
-        outcomes[i] = await tool.call(arguments)
+        outcome = outcomes[i] = await tool.call(arguments)
+        TOOL_TIMES.observe(tool.name, outcome.duration)
 
     async with anyio.create_task_group() as tg:
         for i, call in enumerate(calls):

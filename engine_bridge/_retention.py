@@ -22,7 +22,8 @@ ScriptedEngine, so both engines follow one set of rules:
   further away than ``keep_factor`` times what recomputing it would take
   (Continuum's cost rule: hold while the recompute saved outweighs the hold),
   or (3) the request has waited longer than the patience (aging: nothing
-  starves). So a new program's first turn waits while admitting it would
+  starves), or (4) nothing is running (an idle engine never holds a request
+  back for a retention). So a new program's first turn waits while admitting it would
   evict sessions that are about to come back, and is admitted as soon as the
   cache has room or those sessions are late.
 * Victims go in this order: entries not worth keeping first, then the owner
@@ -293,21 +294,35 @@ class RetentionTable(Generic[B]):
             self._drop(entry, "expired")
         return len(due)
 
-    def admit(self, enough: Callable[[], bool], *, priority: int, waited: float, now: float) -> int:
+    def admit(
+        self,
+        enough: Callable[[], bool],
+        *,
+        priority: int,
+        waited: float,
+        now: float,
+        idle: bool = False,
+    ) -> int:
         """Make room for a waiting request, by the admission rule; returns entries ended.
 
         The request (its ``priority``, seconds ``waited``) may end entries of
         owners served after it, entries not worth keeping, and past the
-        patience any entry, in victim order, until ``enough()`` holds.
+        patience any entry, in victim order, until ``enough()`` holds. On an
+        ``idle`` engine (nothing running) it may end any entry at once: holding
+        blocks while the compute waits is the cap's trap, and no running request
+        would ever give blocks back.
         """
         self.expire(now)
-        if waited >= self.patience:
+        if idle or waited >= self.patience:
             return self._make_room(enough, now, lambda e: True)
         return self._make_room(enough, now, lambda e: e.rank > priority or not self._worth(e, now))
 
-    def make_room(self, enough: Callable[[], bool], *, now: float = 0.0) -> int:
-        """End entries (victim order, any of them) until ``enough()`` holds or none is left."""
-        return self._make_room(enough, now, lambda e: True)
+    def make_room(
+        self, enough: Callable[[], bool], *, now: float = 0.0, limit: int | None = None
+    ) -> int:
+        """End entries (victim order, any of them) until ``enough()`` holds, none is
+        left or ``limit`` entries ended."""
+        return self._make_room(enough, now, lambda e: True, limit)
 
     def clear(self, cause: ReleaseCause = "restart", *, free: bool = True) -> int:
         """End every entry (an engine restart: ``free=False``, the pool is gone)."""
@@ -338,10 +353,14 @@ class RetentionTable(Generic[B]):
         return min(candidates, key=order, default=None)
 
     def _make_room(
-        self, enough: Callable[[], bool], now: float, allowed: Callable[[_Entry[B]], bool]
+        self,
+        enough: Callable[[], bool],
+        now: float,
+        allowed: Callable[[_Entry[B]], bool],
+        limit: int | None = None,
     ) -> int:
         ended = 0
-        while not enough():
+        while not enough() and (limit is None or ended < limit):
             victim = self._victim(now, allowed)
             if victim is None:
                 break

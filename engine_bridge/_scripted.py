@@ -320,6 +320,9 @@ class ScriptedEngine(EngineBridge):
         return self._retention.release(keys, prefix=prefix)
 
     async def _retention_stats(self) -> RetentionStats:
+        # an idle engine never schedules: entries past their TTL end when read too
+        if self._retention.expire(anyio.current_time()):
+            self._notify()
         return self._retention.stats()
 
     def retained_blocks(self) -> int:
@@ -365,7 +368,7 @@ class ScriptedEngine(EngineBridge):
             if running < self.max_num_seqs and fits:
                 break
             if not fits and self._make_room(
-                hashes[:hits], need, st.request.priority, anyio.current_time() - queued
+                hashes[:hits], need, st.request.priority, anyio.current_time() - queued, running
             ):
                 continue  # retentions were released to admit it (never waits forever for one)
             await self._pause(st, event=self._pool_event())
@@ -547,7 +550,9 @@ class ScriptedEngine(EngineBridge):
         if head is not None and head.turn is not None:
             head.turn.set()
 
-    def _make_room(self, hits: Sequence[int], need: int, priority: int, waited: float) -> bool:
+    def _make_room(
+        self, hits: Sequence[int], need: int, priority: int, waited: float, running: int
+    ) -> bool:
         """Release retentions by the admission rule until ``need`` blocks fit."""
         table = self._retention
         if not len(table):
@@ -555,7 +560,11 @@ class ScriptedEngine(EngineBridge):
         now = anyio.current_time()
         ended = table.expire(now)
         ended += table.admit(
-            lambda: self._fits(hits, need), priority=priority, waited=waited, now=now
+            lambda: self._fits(hits, need),
+            priority=priority,
+            waited=waited,
+            now=now,
+            idle=running == 0,
         )
         return ended > 0
 

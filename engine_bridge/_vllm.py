@@ -220,7 +220,7 @@ class VLLMBridge(EngineBridge):
                 enable_lora=True, max_lora_rank=self.max_lora_rank, max_loras=self.max_loras
             )
         if self._is_cpu:
-            args.update(dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.5)
+            args.update(dtype=compat.cpu_dtype(), enforce_eager=True, gpu_memory_utilization=0.5)
         if self.retention_enabled:
             args.update(
                 compat.retention_engine_args(self.retention, self.retention_ttl, self.prefill_rate)
@@ -522,9 +522,13 @@ class VLLMBridge(EngineBridge):
         """Evict every cached block that no running request uses (forces misses).
 
         Returns whether the engine reset its cache (False while requests run).
-        Handles stay valid: their next use recomputes and reports a miss.
+        Every retention ends first (``"released"``): vLLM resets nothing while a
+        block is referenced. Handles stay valid: their next use recomputes and
+        reports a miss.
         """
         engine = await self._ready_engine()
+        if self.retention_enabled:
+            await self.release(prefix="")
         return bool(await engine.reset_prefix_cache())
 
     def engine_core_pids(self) -> list[int]:

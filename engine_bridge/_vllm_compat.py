@@ -116,6 +116,22 @@ def is_cpu_platform() -> bool:
         return True
 
 
+def cpu_dtype() -> str:
+    """The weights' dtype on the CPU backend: bfloat16 where the CPU computes it natively.
+
+    On an AVX2-only CPU vLLM's oneDNN linear cannot take bfloat16 and falls back
+    to emulated torch kernels: a 712-token prefill of the default model took
+    19.6 s in bfloat16 and 3.3 s in float32 on such a machine (measured here).
+    """
+    try:
+        import torch
+
+        capability = str(torch.backends.cpu.get_cpu_capability())
+    except Exception:  # pragma: no cover - probing failed: the portable choice
+        return "float32"
+    return "bfloat16" if capability.startswith("AVX512") or "AMX" in capability else "float32"
+
+
 # -- tokenizer -----------------------------------------------------------------------------
 
 

@@ -14,14 +14,19 @@ installed source, and checked by the real-engine tests):
 * ``EngineCore`` utility methods (``call_utility_async``) run on the engine
   thread between steps: release and statistics travel that way.
 
+A running request whose next blocks do not fit takes retained blocks (any
+entry, in victim order) before vLLM would preempt it: an admitted request is
+never recomputed for a retention.
+
 Every vLLM-internal name of the retention lives in this module. Only requests
 that finish normally (stop, length) are retained; aborted ones free as usual.
 Before each ``schedule()``, expired entries end, and when the head of the
 waiting queue cannot be allocated, entries are released by the table's
 admission rule (those of programs served after it, those not worth keeping,
-any past the patience) until it can: a retention never makes a request wait
-longer than the patience. An idle engine never schedules, so the bridge calls
-``EXPIRE_UTILITY`` at each entry's deadline.
+any past the patience or when nothing runs) until it can: a retention never
+makes a request wait longer than the patience, nor an idle engine wait at all.
+An idle engine never schedules, so the bridge calls ``EXPIRE_UTILITY`` at each
+entry's deadline.
 """
 
 from __future__ import annotations
@@ -69,6 +74,24 @@ class RetainingScheduler(Scheduler):
             prefill_rate=float(settings.get("prefill_rate", 300.0)),
         )
 
+        # a running request's next blocks come before any retention: vLLM would
+        # otherwise preempt (and later recompute) an admitted request while idle
+        # retained blocks sit in the pool
+        manager = self.kv_cache_manager
+        allocate = manager.allocate_slots
+
+        def allocate_for_running_first(request: Request, *args: Any, **kwargs: Any) -> Any:
+            blocks = allocate(request, *args, **kwargs)
+            while (
+                blocks is None
+                and request.status == RequestStatus.RUNNING
+                and self.retention.make_room(lambda: False, limit=1, now=time.monotonic())
+            ):
+                blocks = allocate(request, *args, **kwargs)
+            return blocks
+
+        manager.allocate_slots = allocate_for_running_first  # type: ignore[method-assign]
+
     def _give_back(self, block_ids: Sequence[int]) -> None:
         pool = self.kv_cache_manager.block_pool
         pool.free_blocks([pool.blocks[i] for i in block_ids])
@@ -108,6 +131,7 @@ class RetainingScheduler(Scheduler):
                     priority=head.priority,
                     waited=time.time() - head.arrival_time,
                     now=time.monotonic(),
+                    idle=not self.running,
                 )
         return super().schedule(*args, **kwargs)
 

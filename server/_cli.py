@@ -73,6 +73,16 @@ def _engine_value(value: str) -> Any:
         return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -215,6 +225,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="an MCP server started over stdio; collaboration.tools naming NAME gives the "
         "agents all its tools; repeatable",
     )
+    sessions = serve.add_argument_group("sessions (KV kept for a client's next turn)")
+    sessions.add_argument(
+        "--session-ttl",
+        type=_positive_float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="how long a turn is retained when a request asks for caching without a "
+        "lifetime (prompt_cache_key, prompt_cache_retention=in_memory; default 1800)",
+    )
+    sessions.add_argument(
+        "--session-ttl-max",
+        type=_positive_float,
+        default=86400.0,
+        metavar="SECONDS",
+        help="the ceiling of any lifetime a request asks for (prompt_cache_options.ttl; "
+        "default 86400)",
+    )
+    sessions.add_argument(
+        "--tool-call-ttl",
+        type=_positive_float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long a reply ending in tool_calls is retained for the tool's result "
+        "when the request names no session (default 120)",
+    )
+    sessions.add_argument(
+        "--max-sessions-per-key",
+        type=_positive,
+        default=256,
+        help="live retained turns per API key; past it the oldest goes (default 256)",
+    )
+    sessions.add_argument(
+        "--shared-prefix-cache",
+        action="store_true",
+        help="with several --api-key: one prefix cache for all keys (faster for common "
+        "prompts, but any key can tell from cached_tokens whether another key sent a "
+        "text); by default each key's cache is salted apart",
+    )
     serve.add_argument(
         "--log-level",
         default=None,
@@ -352,6 +400,7 @@ def _async_run(fn: Callable[..., Any], *args: Any) -> Any:
 def cmd_serve(args: argparse.Namespace) -> int:
     from ._app import ServerLimits, create_app
     from ._quota import KeyQuota
+    from ._sessions import SessionSettings
     from ._shutdown import Drain
     from ._tools import load_tool, mcp_server
 
@@ -392,6 +441,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         tools=tools,
         mcp_servers=mcp_servers,
         drain=(drain := Drain(grace=args.grace)),
+        sessions=SessionSettings(
+            default_ttl=min(args.session_ttl, args.session_ttl_max),
+            max_ttl=args.session_ttl_max,
+            tool_call_ttl=min(args.tool_call_ttl, args.session_ttl_max),
+            max_per_key=args.max_sessions_per_key,
+            shared_cache=args.shared_prefix_cache,
+        ),
     )
     quiet = log_level(args.verbose or None) == "quiet"
     level = args.log_level or ("warning" if quiet else "info")

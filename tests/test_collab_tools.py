@@ -8,6 +8,7 @@ until ``max_tool_steps`` is spent; the last step answers without tools.
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Literal
 
 import anyio
@@ -265,3 +266,41 @@ async def test_each_tool_step_is_a_span_in_the_trace_with_tool_instants() -> Non
     assert all(e["dur"] > 0 for e in turns), turns
     results = [e for e in events if e.get("ph") == "i" and e["name"] == "tool_result"]
     assert len(results) == 2 and {e["tid"] for e in results} == {turns[0]["tid"]}
+
+
+async def test_a_tool_step_is_retained_until_its_tools_usual_duration() -> None:
+    """Tool durations observed in this process become the next use of the steps that may
+    call them: the engine keeps such a step while the wait is short against recomputing."""
+    from microagent.collab._tools import TOOL_TIMES, ToolTimes
+
+    async def slow_lookup(item: str) -> str:
+        """Look an item up."""
+        await anyio.sleep(0.05)
+        return f"{item}: 3 in stock"
+
+    name = f"lookup_{uuid.uuid4().hex[:8]}"  # the process's record starts empty for it
+    tool = Tool.from_function(slow_lookup, name=name)
+    async with ScriptedEngine(block_size=16) as engine:
+        for _ in range(2):
+            await collaborate(
+                engine,
+                "vote",
+                "Is the widget in stock?",
+                [AgentSpec("voter", count=1)],
+                max_tokens=32,
+                tools=[tool],
+                max_tool_steps=1,
+            )
+    expected = TOOL_TIMES.expected([name])
+    assert expected is not None and 0.05 <= expected < 1.0
+    tool_steps = [r for r in engine.history if r.sampling.tagged is not None and r.retain]
+    hints = [r.retain.next_use for r in tool_steps if r.retain is not None]
+    # the first collaboration's first step knew nothing yet; later ones carry the median
+    assert hints and hints[0] is None and all(h is not None and h >= 0.05 for h in hints[1:])
+
+    times = ToolTimes(keep=3)
+    for seconds in (1.0, 9.0, 2.0, 3.0):  # the oldest falls out
+        times.observe("a", seconds)
+    times.observe("b", -1.0)  # a clock that went back counts as 0
+    assert times.expected(["a"]) == 3.0 and times.expected(["a", "b"]) == 2.5
+    assert times.expected(["never-ran"]) is None

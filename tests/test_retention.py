@@ -33,7 +33,11 @@ ops = st.lists(
         st.tuples(st.just("prefix"), st.sampled_from(["", "a", "b", "z"])),
         st.tuples(st.just("tick"), st.floats(0.0, 3.0)),
         st.tuples(
-            st.just("room"), st.integers(0, 20), st.integers(-3, 3), st.sampled_from([0.0, 30.0])
+            st.just("room"),
+            st.integers(0, 20),
+            st.integers(-3, 3),
+            st.sampled_from([0.0, 30.0]),
+            st.booleans(),
         ),
     ),
     max_size=40,
@@ -78,16 +82,20 @@ def test_table_keeps_its_budget_and_gives_every_reference_back(budget: int, prog
             now += op[1]
             table.expire(now)
         else:
-            _, target, priority, waited = op
+            _, target, priority, waited, idle = op
             table.expire(now)
             before = set(table.names())
 
-            def may_take(k: str, p: int = priority, w: float = waited) -> bool:
-                return w >= table.patience or ranks[k] > p or not worth(k)
+            def may_take(k: str, p: int = priority, w: float = waited, i: bool = idle) -> bool:
+                return i or w >= 20.0 or ranks[k] > p or not worth(k)
 
             allowed_before = {k for k in before if may_take(k)}
             table.admit(
-                lambda t=target: table.held_blocks <= t, priority=priority, waited=waited, now=now
+                lambda t=target: table.held_blocks <= t,
+                priority=priority,
+                waited=waited,
+                now=now,
+                idle=idle,
             )
             gone = before - set(table.names())
             # only what the admission rule allows goes, and not one more than enough
@@ -143,6 +151,10 @@ def test_admission_is_by_program_and_bounded_by_the_patience() -> None:
     table.retain(Retain("again", next_use=1.0), [3], 3.5, rank=5)
     assert table.admit(lambda: False, priority=30, waited=0.0, now=3.5) == 1
     assert table.names() == ["again"]
+    # on an idle engine any entry goes at once: the compute never waits for a retention
+    table.retain(Retain("idle", next_use=1.0), [4], 3.5, rank=5)
+    assert table.admit(lambda: False, priority=30, waited=0.0, now=3.5) == 0
+    assert table.admit(lambda: len(table) < 2, priority=30, waited=0.0, now=3.5, idle=True) == 1
     # past the patience, any entry goes: nothing waits longer than that
     assert table.admit(lambda: False, priority=30, waited=table.patience, now=3.5) == 1
     assert len(table) == 0

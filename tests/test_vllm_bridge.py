@@ -62,11 +62,14 @@ async def _gather(
 
 
 def test_engine_arguments_pin_limits_and_pass_everything_through() -> None:
+    default = compat.cpu_dtype()
+    assert default in ("bfloat16", "float32")
+    mine = "float16" if default == "float32" else "float32"
     b = VLLMBridge(
         max_num_batched_tokens=1024,
         max_num_seqs=4,
         adapters={"x": "/tmp/adapter-x"},
-        engine_args={"num_gpu_blocks_override": 64, "tensor_parallel_size": 1, "dtype": "float32"},
+        engine_args={"num_gpu_blocks_override": 64, "tensor_parallel_size": 1, "dtype": mine},
     )
     b.model_path = Path("/models/m")
     args = b._engine_arguments()
@@ -76,7 +79,9 @@ def test_engine_arguments_pin_limits_and_pass_everything_through() -> None:
     assert args["scheduling_policy"] == "priority"
     assert args["enable_lora"] is True  # adapters given: LoRA on
     assert args["num_gpu_blocks_override"] == 64
-    assert args["dtype"] == "float32"  # the user's value wins over the CPU default
+    assert args["dtype"] == mine  # the user's value wins over the CPU default
+    b.extra_engine_args = {}
+    assert b._engine_arguments()["dtype"] == default
     assert args["enforce_eager"] is True
     assert b.adapters["x"].path == "/tmp/adapter-x"
     b2 = VLLMBridge(engine_args={"no_such_engine_arg": 1})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,7 +23,9 @@ from microagent.engine_bridge import (
     Retain,
     RetentionStats,
     Sampling,
+    cache_salt,
 )
+from microagent.engine_bridge._retention import DEFAULT_PATIENCE
 from microagent.engine_bridge._vllm import VLLMBridge
 
 BLOCK = 128
@@ -38,7 +41,7 @@ def small_bridge(**kwargs: Any) -> VLLMBridge:
         max_num_seqs=4,
         engine_args={"num_gpu_blocks_override": BLOCKS},
         progress=False,
-        **kwargs,
+        **{"retention": 0.5, **kwargs},
     )
 
 
@@ -163,3 +166,137 @@ def test_an_engine_restart_clears_retentions_and_handles_still_work(
     assert first.finish_reason in ("stop", "length") and first.cache_miss  # recomputed once
     assert second.cached_tokens == full_blocks(second.prompt)  # and resident again
     assert bridge.epoch == 1
+
+
+def test_salted_tenants_never_share_blocks_and_a_salted_session_survives_a_flood(
+    real_engine: RealEngine, small: VLLMBridge
+) -> None:
+    """A key's retained turn survives a flood from another key; the other key's identical
+    prompt hits neither it nor the ordinary cache; the same key hits it."""
+
+    async def run() -> tuple[GenerationResult, GenerationResult, GenerationResult]:
+        memo = _fork(small, _context(small, 450), "One word?")
+        with cache_salt("tenant-alpha"):
+            await small.generate(memo, ONE, retain=Retain("test/alpha", scope="alpha"))
+        with cache_salt("tenant-beta"):
+            other = await small.generate(memo, ONE)
+            await flood(small)
+        with cache_salt("tenant-alpha"):
+            again = await small.generate(memo, ONE)
+        unsalted = await small.generate(memo, ONE)
+        await small.release(prefix="test/")
+        return other, again, unsalted
+
+    other, again, unsalted = call(real_engine, run)
+    assert other.cached_tokens == 0
+    assert again.cached_tokens == full_blocks(again.prompt) and not again.cache_miss
+    assert unsalted.cached_tokens == 0  # the shared cache never saw alpha's blocks
+
+
+def test_a_ttl_ends_on_an_idle_engine(real_engine: RealEngine, small: VLLMBridge) -> None:
+    async def run() -> tuple[RetentionStats, RetentionStats]:
+        start = await small.retention_stats()
+        prompt = _fork(small, _context(small, 300), "One word?")
+        await small.generate(prompt, ONE, retain=Retain("test/ttl", ttl=1.0))
+        live = await small.retention_stats()
+        # nothing runs from here on: only the bridge's expiry call can end the entry
+        with anyio.fail_after(15):
+            while True:
+                now = await small.retention_stats()
+                if now.released["expired"] > start.released["expired"]:
+                    return live, now
+                await anyio.sleep(0.2)
+
+    live, after = call(real_engine, run)
+    assert live.entries >= 1 and after.entries == live.entries - 1
+    assert small.live_requests() == frozenset()
+
+
+def test_sessions_hold_a_full_retention_budget_but_never_an_idle_engine(
+    real_engine: RealEngine, small: VLLMBridge
+) -> None:
+    """Sessions about to come back fill the budget; a new program's request that needs their
+    blocks is admitted at once on an idle engine (not after the patience), and they go."""
+
+    async def run() -> tuple[RetentionStats, RetentionStats, GenerationResult, float]:
+        for i in range(2):  # 2 sessions of 3 blocks each: the whole 6-block budget
+            prompt = _fork(small, _context(small, 400), "One word?")
+            await small.generate(
+                prompt, ONE, retain=Retain(f"test/session-{i}", next_use=1.0), priority=0
+            )
+        full = await small.retention_stats()
+        newcomer = _fork(small, _context(small, 900), "One word?")
+        start = anyio.current_time()
+        with anyio.fail_after(120):
+            result = await small.generate(newcomer, ONE, priority=1000)
+        took = anyio.current_time() - start
+        after = await small.retention_stats()
+        await small.release(prefix="test/")
+        return full, after, result, took
+
+    full, after, result, took = call(real_engine, run)
+    assert full.entries == 2 and full.retained_blocks == full.budget_blocks
+    assert result.finish_reason in ("stop", "length")
+    assert after.released["admission"] > full.released["admission"]
+    assert took < DEFAULT_PATIENCE  # admitted at once, not after the patience
+
+
+def _http(srv: Any, key: str, body: dict[str, Any]) -> dict[str, Any]:
+    import httpx
+
+    r = httpx.post(
+        f"{srv.url}/v1/chat/completions",
+        json={"model": "default", "max_tokens": 2, "temperature": 0.0, **body},
+        headers={"authorization": f"Bearer {key}"},
+        timeout=300,
+    )
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def _memo(tag: str) -> list[dict[str, str]]:
+    from _engine import _document
+
+    return [{"role": "user", "content": f"Memo {tag}:\n{_document(tag, 220)}\nOne word?"}]
+
+
+def test_http_sessions_are_kept_per_key_and_shared_only_when_asked(
+    real_engine: RealEngine, small: VLLMBridge
+) -> None:
+    """Over HTTP with two API keys: alpha's session turn survives a flood by beta; beta's
+    identical prompt hits neither it nor the cache; alpha's next turn does. With
+    ``shared_cache`` on, beta hits alpha's prompt."""
+    from microagent.server import SessionSettings
+    from test_server_helpers import live_server
+
+    keys = ["alpha-key", "beta-key"]
+    served = {"default": small}
+    with live_server(
+        lambda: served, portal=real_engine.portal, open_engines=False, api_key=keys
+    ) as srv:
+        memo = _memo(uuid.uuid4().hex)
+        one = _http(srv, keys[0], {"messages": memo, "prompt_cache_key": "memo"})
+        other = _http(srv, keys[1], {"messages": memo})
+        for i in range(5):  # beta floods: more tokens than the whole cache
+            _http(srv, keys[1], {"messages": _memo(f"flood-{i}-{uuid.uuid4().hex}")})
+        reply = one["choices"][0]["message"]["content"]
+        turn = [*memo, {"role": "assistant", "content": reply}, {"role": "user", "content": "Why?"}]
+        two = _http(srv, keys[0], {"messages": turn, "prompt_cache_key": "memo"})
+        stats = real_engine.call(small.retention_stats)
+    assert other["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    prompt = one["usage"]["prompt_tokens"]
+    assert two["usage"]["prompt_tokens_details"]["cached_tokens"] >= prompt // BLOCK * BLOCK
+    assert stats.released["superseded"] >= 1  # turn 2 took over turn 1's retention
+
+    with live_server(
+        lambda: served,
+        portal=real_engine.portal,
+        open_engines=False,
+        api_key=keys,
+        sessions=SessionSettings(shared_cache=True),
+    ) as shared:
+        memo = _memo(uuid.uuid4().hex)
+        _http(shared, keys[0], {"messages": memo})
+        again = _http(shared, keys[1], {"messages": memo})
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] >= BLOCK
+    real_engine.call(lambda: small.release(prefix="http/"))
