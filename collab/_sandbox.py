@@ -85,13 +85,29 @@ class SandboxResult:
         return self.returncode == 0
 
 
+#: Exit status and message of a sandbox whose mounts could not all be made read-only.
+_SETUP_FAILED = 97
+_SETUP_MESSAGE = "sandbox: cannot make a mount read-only: "
+
 # Run by the sandbox's first process, as root of its own user namespace: make every
-# mount read-only, mount a private tmpfs on the empty directory made for this run (not
-# over /tmp, which may hold the interpreter itself), then become the limited Python.
+# mount read-only (keeping the flags the parent namespace locked: nosuid, nodev, noexec,
+# atime), then check that the top mount at every path is read-only, failing closed with
+# _SETUP_FAILED otherwise; mount a private tmpfs on the empty directory made for this
+# run (not over /tmp, which may hold the interpreter itself); become the limited Python.
 _SETUP = (
     "set -e; "
-    "for m in $(cut -d' ' -f2 /proc/mounts | sort -u); do "
-    'mount -o remount,bind,ro "$m" 2>/dev/null || true; done; '
+    "while read -r dev m fs opts rest; do "
+    'case ",$opts," in *,ro,*) continue;; esac; '
+    "flags=ro; "
+    "for f in nosuid nodev noexec noatime nodiratime relatime strictatime; do "
+    'case ",$opts," in *,$f,*) flags="$flags,$f";; esac; done; '
+    'mount -o "remount,bind,$flags" "$m" 2>/dev/null || true; '
+    "done < /proc/mounts; "
+    # the last entry of a path is the mount a process sees there
+    "bad=$(awk '{top[$2] = $4} END {for (m in top) "
+    "if (top[m] !~ /(^|,)ro(,|$)/) print m}' /proc/mounts); "
+    'if [ -n "$bad" ]; then '
+    f'echo "{_SETUP_MESSAGE}"$bad >&2; exit {_SETUP_FAILED}; fi; '
     'mount -t tmpfs -o "size=$1,mode=1777,nosuid,nodev" tmpfs "$2"; '
     'cd "$2"; '
     "shift 2; "
@@ -180,7 +196,8 @@ def sandbox_unavailable() -> str | None:
     """Why this machine cannot run the sandbox, or ``None`` when it can (probed once).
 
     The probe runs a real sandboxed Python and checks that it has no network and
-    cannot write outside its private tmpfs.
+    cannot write outside its private tmpfs (the sandbox's setup itself refuses to
+    start when a mount stays writable).
     """
     if platform.machine() not in ("x86_64", "aarch64"):
         return f"no process filter for the {platform.machine()} architecture"
@@ -253,7 +270,12 @@ async def run_sandboxed(
         raise SandboxUnavailable(f"cannot run untrusted code safely here: {reason}")
     limits = limits or SandboxLimits()
     with tempfile.TemporaryDirectory(prefix="microagent-sandbox-") as work:
-        return await _run(source, timeout, limits, work)
+        result = await _run(source, timeout, limits, work)
+    if result.returncode == _SETUP_FAILED and result.stderr.startswith(_SETUP_MESSAGE.encode()):
+        # fail closed: the program never ran with a writable mount
+        detail = result.stderr.decode(errors="replace").strip()
+        raise SandboxUnavailable(f"cannot run untrusted code safely here: {detail}")
+    return result
 
 
 async def _run(source: str, timeout: float, limits: SandboxLimits, work: str) -> SandboxResult:

@@ -195,3 +195,58 @@ async def test_without_namespaces_nothing_runs(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(SandboxUnavailable, match="namespaces refused") as info:
         await run_sandboxed("print(1)", timeout=5)
     assert isinstance(info.value, CollaborationError)
+
+
+async def test_every_mount_but_the_private_tmpfs_refuses_writes() -> None:
+    """Each mount point the sandbox sees (the top mount of each path) is tried for a write."""
+    source = (
+        "import os\n"
+        "work = os.environ['TMPDIR']\n"
+        "top = {}\n"
+        "for line in open('/proc/mounts'):\n"
+        "    point, options = line.split()[1], line.split()[3]\n"
+        "    top[point.encode().decode('unicode_escape')] = options\n"
+        "for point in sorted(top):\n"
+        "    if point == work:\n"
+        "        continue\n"
+        "    target = point if os.path.isfile(point) else os.path.join(point, '.sandbox-w')\n"
+        "    try:\n"
+        "        with open(target, 'a') as f:\n"
+        "            f.write('')\n"
+        "    except OSError:\n"
+        "        print('refused', point)\n"
+        "    else:\n"
+        "        print('WROTE', point, top[point])\n"
+        "print('mounts', len(top))\n"
+    )
+    result = await run_sandboxed(source, timeout=20)
+    assert result.ok, result.stderr
+    lines = result.stdout.decode().splitlines()
+    assert not [line for line in lines if line.startswith("WROTE")], lines
+    assert int(lines[-1].split()[1]) >= 3 and "refused /" in lines  # it saw real mounts
+
+
+async def test_a_mount_that_stays_writable_fails_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A remount that fails leaves that mount writable: nothing runs, SandboxUnavailable."""
+    import shutil
+
+    from microagent.collab import _sandbox
+
+    real_mount = shutil.which("mount")
+    assert real_mount is not None
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "mount").write_text(
+        f'#!/bin/sh\ncase "$*" in *remount*) exit 32;; esac\nexec {real_mount} "$@"\n'
+    )
+    (fake / "mount").chmod(0o755)
+    env = _sandbox._env
+    monkeypatch.setattr(
+        _sandbox, "_env", lambda work: {**env(work), "PATH": f"{fake}:{env(work)['PATH']}"}
+    )
+    marker = tmp_path / "ran"
+    with pytest.raises(SandboxUnavailable, match="read-only"):
+        await run_sandboxed(f"open({str(marker)!r}, 'w')\n", timeout=10)
+    assert not marker.exists()
