@@ -608,14 +608,27 @@ def _admit(state: _State, request: Request, worst: int) -> Admission | None:
         raise
 
 
-def _settling(release: Callable[[], None], admission: Admission | None) -> Callable[[], None]:
-    """``release`` that also settles ``admission`` (at its worst case, if nothing settled it
-    before: a stream, or a request that failed after it was admitted)."""
+@attrs.define(eq=False)
+class _Meter:
+    """Tokens a stream has used so far (prompt and completion), counted as it goes."""
+
+    tokens: int = 0
+
+    def add(self, tokens: int) -> None:
+        self.tokens += tokens
+
+
+def _settling(
+    release: Callable[[], None], admission: Admission | None, meter: _Meter | None = None
+) -> Callable[[], None]:
+    """``release`` that also settles ``admission``, if nothing settled it before: with what
+    the ``meter`` counted (a stream, whole or cut), else at its worst case (a request that
+    failed after it was admitted)."""
     if admission is None:
         return release
 
     def both() -> None:
-        admission.settle(admission.promised)
+        admission.settle(meter.tokens if meter is not None else admission.promised)
         release()
 
     return both
@@ -731,11 +744,21 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
             session = attrs.evolve(session, retain=None)
         stamp = _Stamp.new(bridge.model)
         admission = _admit(state, request, len(prompt) * body.n + body.n * max_tokens)
-        release = _settling(release, admission)
-        if body.stream:
+        meter = _Meter() if body.stream else None
+        release = _settling(release, admission, meter)
+        if body.stream and meter is not None:
             handed = True
             return _stream_completion(
-                state, bridge, body, prompt, sampling, stamp, release, plan, (tenant, session)
+                state,
+                bridge,
+                body,
+                prompt,
+                sampling,
+                stamp,
+                release,
+                meter,
+                plan,
+                (tenant, session),
             )
         hint = retry_after([bridge], state.limits.retry_after)
 
@@ -863,6 +886,7 @@ def _stream_completion(
     sampling: Sampling,
     stamp: _Stamp,
     release: Callable[[], None],
+    meter: _Meter,
     plan: ToolPlan | None = None,
     session: tuple[str, SessionPlan] | None = None,
 ) -> Response:
@@ -895,7 +919,9 @@ def _stream_completion(
             priority=0 if turn is None else turn.priority,
             retain=turn.retain if turn is not None and index == 0 else None,
         ) as gen:
+            meter.add(len(prompt))  # submitted: the engine computes (or hits) the prompt
             async for delta in gen:
+                meter.add(len(delta.token_ids))
                 text = bridge.chat.content(delta.text)
                 if calls is not None:
                     text = calls.feed(text)
@@ -1058,15 +1084,16 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
             worst if worst is not None else largest_turn(prepared) * agents_total
         )
         admission = _admit(state, request, promised)
-        release = _settling(release, admission)
+        meter = _Meter() if body.stream else None
+        release = _settling(release, admission, meter)
         stamp = _Stamp.new(bridge.model)
         engines = {name: b for name, b in state.engines.items()}
         for b in state.engines.values():
             engines.setdefault(b.model, b)
-        if body.stream:
+        if body.stream and meter is not None:
             handed = True
             return _stream_collaboration(
-                state, bridge, engines, body, prepared, context, stamp, release, tools
+                state, bridge, engines, body, prepared, context, stamp, release, meter, tools
             )
         watch = ToolWatch()  # a collaboration that ran a tool is never run again
         mode = prepared.op.name
@@ -1267,6 +1294,7 @@ def _stream_collaboration(
     context: KVHandle | list[dict[str, str]],
     stamp: _Stamp,
     release: Callable[[], None],
+    meter: _Meter,
     tools: Sequence[Tool] = (),
 ) -> Response:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -1281,6 +1309,9 @@ def _stream_collaboration(
 
     def on_event(event: CollaborationEvent) -> None:
         data = event.to_dict()
+        if event.type == "agent_finished":  # each engine request's usage, as it ends
+            used = [data.get("prompt_tokens"), data.get("completion_tokens")]
+            meter.add(sum(n for n in used if isinstance(n, int)))
         if event.type == "delta":
             agent = event.agent or ""
             text = str(data.pop("text", ""))

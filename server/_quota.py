@@ -165,6 +165,11 @@ class Quotas:
             headers={"retry-after": str(retry_after)},
         )
 
+    def used(self, key: str) -> int:
+        """Tokens ``key``'s settled requests used in the last minute."""
+        account = self._accounts.get(key)
+        return 0 if account is None else account.window_use(self.clock())
+
     def running(self, key: str) -> int:
         """Requests of ``key`` in flight."""
         account = self._accounts.get(key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
@@ -284,3 +285,40 @@ def test_the_bound_holds_on_a_real_run(
     sent, bound, slack = anyio.run(run)
     assert 0 < sent <= bound
     assert slack >= 0
+
+
+def _streamed_usage(srv: LiveServer, body: dict[str, Any], key: str) -> int:
+    """Stream ``body`` and return its usage chunk's total tokens."""
+    headers = {"authorization": f"Bearer {key}"}
+    stream = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    total = None
+    with httpx.stream(
+        "POST", f"{srv.url}/v1/chat/completions", json=stream, headers=headers, timeout=30
+    ) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                usage = json.loads(line[6:]).get("usage")
+                if usage:
+                    total = int(usage["total_tokens"])
+    assert total is not None
+    return total
+
+
+@pytest.mark.parametrize("collaboration", [False, True])
+def test_a_stream_is_settled_with_what_it_used_not_its_worst_case(collaboration: bool) -> None:
+    """A stream and the same request without streaming cost a key the same tokens."""
+    limits = ServerLimits(key_quota=KeyQuota(tokens_per_minute=100_000))
+    body: dict[str, Any] = {"messages": USER, "max_tokens": 400, "temperature": 0.0}
+    if collaboration:
+        body |= {"agents": [{"name": "voter", "count": 3}], "collaboration": {"mode": "vote"}}
+    with live_server(scripted(), api_key=list(KEYS), limits=limits) as srv:
+        quotas = srv.state.quotas
+        plain = _post(srv, body, KEYS[0])
+        assert plain.status_code == 200, plain.text
+        used = plain.json()["usage"]["total_tokens"]
+        assert quotas.used(key_id(KEYS[0])) == used
+        streamed = _streamed_usage(srv, body, KEYS[1])
+        anyio.run(eventually, lambda: quotas.running(key_id(KEYS[1])) == 0)
+        assert quotas.used(key_id(KEYS[1])) == streamed == used
+        assert used < 400  # far below the worst case it was admitted with
