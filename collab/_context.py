@@ -299,6 +299,27 @@ class CollaborationContext(Generic[C]):
             r.prompt_tokens - r.cached_tokens + r.completion_tokens for r in self.records.values()
         )
 
+    def engine_priority(self, offset: int = 0, now: float | None = None) -> int:
+        """The engine priority of this collaboration's request at critical-path ``offset``:
+        its service level and arrival (``ServicePolicy``) plus the offset."""
+        now = self.now() if now is None else now
+        return self.scheduling.priority(self.attained_service(), now, offset, arrival=self._arrival)
+
+    async def warm(self, role: Role, handle: KVHandle, offset: int = 0) -> None:
+        """Prefill ``handle`` on ``role``'s engine, as a turn is: at this collaboration's
+        priority, its one generated token counted against the token budget."""
+        self.meter.reserve(1)  # TokenBudgetExceeded: nothing is sent
+        used = 0
+        try:
+            warmed = await role.bridge.warm(
+                handle, priority=self.engine_priority(offset), group=self.group
+            )
+            used = warmed.completion_tokens
+        finally:
+            self.meter.settle(1, used)
+        role.record.prompt_tokens += warmed.prompt_tokens
+        role.record.cached_tokens += warmed.cached_tokens
+
     async def turn(self, role: Role, turn: Turn) -> TurnDone:
         """Ask ``role`` to generate ``turn``; a role that fails is recorded, then re-raised.
 
@@ -306,9 +327,7 @@ class CollaborationContext(Generic[C]):
         priority adds the collaboration's service level (``ServicePolicy``).
         """
         now = self.now()
-        priority = self.scheduling.priority(
-            self.attained_service(), now, turn.priority, arrival=self._arrival
-        )
+        priority = self.engine_priority(turn.priority, now)
         steps = 1 + self.max_tool_steps if self.tools_for(role.spec) else 1
         reserved = turn.sampling.max_tokens * steps
         self.meter.reserve(reserved)  # TokenBudgetExceeded: the turn is not sent

@@ -378,6 +378,7 @@ class EngineBridge(abc.ABC):
         request_id: str | None = None,
         on_delta: Callable[[TokenDelta], Awaitable[None] | None] | None = None,
         retain: Retain | None = None,
+        group: str | None = None,
     ) -> GenerationResult:
         """Run one generation to the end and return its result (deltas to ``on_delta``)."""
         async with self.stream(
@@ -387,6 +388,7 @@ class EngineBridge(abc.ABC):
             priority=priority,
             request_id=request_id,
             retain=retain,
+            group=group,
         ) as gen:
             async for delta in gen:
                 if on_delta is not None:
@@ -396,13 +398,16 @@ class EngineBridge(abc.ABC):
             assert gen.result is not None
             return gen.result
 
-    async def warm(self, handle: KVHandle, *, priority: int = 0) -> GenerationResult:
+    async def warm(
+        self, handle: KVHandle, *, priority: int = 0, group: str | None = None
+    ) -> GenerationResult:
         """Prefill ``handle`` into the prefix cache (a one-token generation).
 
         Use it for forks that start at different times, or after a miss: forks
-        that start together already share one prefill inside vLLM.
+        that start together already share one prefill inside vLLM. ``group`` is
+        the program it belongs to, as in ``stream``.
         """
-        return await self.generate(handle, Sampling(max_tokens=1), priority=priority)
+        return await self.generate(handle, Sampling(max_tokens=1), priority=priority, group=group)
 
     async def abort(self, request_id: str) -> bool:
         """Abort a live request; returns whether it was live. Its consumer sees ``abort``."""

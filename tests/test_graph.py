@@ -375,3 +375,27 @@ async def test_valid_base_graph_and_graph_option_exclusivity() -> None:
         prepare_collaboration("graph", None, {"graph": _base(), "edges": []})
     with pytest.raises(InvalidCollaboration, match="max_concurrency"):
         prepare_collaboration("graph", None, {**_base(), "max_concurrency": -1})
+
+
+async def test_a_fan_out_warm_up_runs_at_its_collaborations_priority() -> None:
+    """The warm-up is a request of its collaboration (its group): the policy's priority
+    (arrival level plus the node's offset, as the node's own turns), so a later
+    collaboration's warm-up never jumps ahead of an earlier one's turns."""
+    from microagent.collab import LEVEL_SPAN
+
+    async with ScriptedEngine(script=review_script(1)) as engine:
+        for _ in range(2):
+            await collaborate(engine, "graph", TASK, graph=review_graph())
+    warms = [r for r in engine.history if r.sampling.max_tokens == 1]
+    turns = [r for r in engine.history if r.sampling.max_tokens != 1]
+    assert len(warms) >= 2 and all(w.group is not None for w in warms)
+    for warm in warms:
+        coders = [  # the fan-out the warm-up prepared: prompts that extend it
+            r for r in turns if r.group == warm.group and warm.prompt.is_prefix_of(r.prompt)
+        ]
+        level = {r.priority // LEVEL_SPAN for r in turns if r.group == warm.group}
+        assert warm.priority // LEVEL_SPAN in level  # not a raw offset
+        assert coders and all(c.priority == warm.priority for c in coders)
+    first = warms[0]
+    second = next(w for w in warms if w.group != first.group)
+    assert second.priority > max(r.priority for r in turns if r.group == first.group)

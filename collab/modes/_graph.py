@@ -302,9 +302,7 @@ class _Scheduler:
                 with anyio.CancelScope() as scope:  # prune/reset cancels it: the warm-up is aborted
                     st.warm_scope = scope
                     async with self._slot():
-                        warmed = await role.bridge.warm(handle, priority=priority)
-                    role.record.prompt_tokens += warmed.prompt_tokens
-                    role.record.cached_tokens += warmed.cached_tokens
+                        await ctx.warm(role, handle, priority)
                 st.warm_scope = None
         done: list[TurnDone | None] = [None] * len(prompts)
 
