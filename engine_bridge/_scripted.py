@@ -126,6 +126,9 @@ class ScriptedEngine(EngineBridge):
         max_num_seqs: requests running at once; others wait.
         prefill_time_per_token: virtual seconds per computed prompt token.
         decode_time_per_token: virtual seconds per generated token.
+        decode_batch_cost: virtual seconds each generated token costs more per other
+            request running beside it: a step's time grows with its batch, as a real
+            engine's does (0: every request decodes as if alone).
         reply_words: (min, max) words of a seeded reply.
         retention_budget: the fraction of ``num_blocks`` that ``retain=`` may hold
             (0 disables retention), with vLLM's rules (see ``Retain``).
@@ -145,6 +148,7 @@ class ScriptedEngine(EngineBridge):
         max_num_seqs: int = 256,
         prefill_time_per_token: float = 0.0,
         decode_time_per_token: float = 0.0,
+        decode_batch_cost: float = 0.0,
         reply_words: tuple[int, int] = (4, 24),
         retention_budget: float = 0.5,
         retention_ttl: float | None = None,
@@ -157,6 +161,9 @@ class ScriptedEngine(EngineBridge):
         self.seed = seed
         self.num_blocks = num_blocks
         self.max_num_seqs = max_num_seqs
+        if min(prefill_time_per_token, decode_time_per_token, decode_batch_cost) < 0:
+            raise ValueError("prefill, decode and batch costs must be >= 0 seconds")
+        self.decode_batch_cost = decode_batch_cost
         self.prefill_time_per_token = prefill_time_per_token
         self.decode_time_per_token = decode_time_per_token
         self.reply_words = reply_words
@@ -400,7 +407,13 @@ class ScriptedEngine(EngineBridge):
 
     async def _decode(self, st: _Request, pos: int, tokens: tuple[int, ...]) -> None:
         """Compute the token at ``pos`` (the one sampled last step): allocate, cache full blocks."""
-        await self._pause(st, seconds=self.decode_time_per_token)
+        seconds = self.decode_time_per_token
+        if self.decode_batch_cost:
+            batch = sum(
+                r.state == "running" and r.epoch == self.epoch for r in self._requests.values()
+            )
+            seconds += self.decode_batch_cost * max(0, batch - 1)
+        await self._pause(st, seconds=seconds)
         bs = self.block_size
         if st.cache_full:
             return

@@ -451,6 +451,39 @@ def test_latency_is_virtual_under_mock_clock() -> None:
     assert elapsed == pytest.approx(10 * 0.5 + 100 * 1.0)
 
 
+def test_a_decode_step_costs_more_in_a_bigger_batch() -> None:
+    """With ``decode_batch_cost`` each token takes longer beside other running requests:
+    alone, the 19 decodes after the prefill's token take 19 x 1.0 s; four requests at once
+    take 19 x (1.0 + 3 x 0.25) s each."""
+
+    async def main(concurrent: int) -> list[float]:
+        elapsed: list[float] = []
+        async with ScriptedEngine(
+            decode_time_per_token=1.0, decode_batch_cost=0.25, script=[list(range(20, 40))]
+        ) as engine:
+
+            async def one(i: int) -> None:
+                start = trio.current_time()
+                result = await engine.generate(
+                    engine.handle([i + 1] * 8), Sampling(max_tokens=20, temperature=0.0)
+                )
+                assert len(result.output_ids) == 20
+                elapsed.append(trio.current_time() - start)
+
+            async with trio.open_nursery() as nursery:
+                for i in range(concurrent):
+                    nursery.start_soon(one, i)
+        return elapsed
+
+    clock = trio.testing.MockClock
+    alone = trio.run(main, 1, clock=clock(autojump_threshold=0))
+    four = trio.run(main, 4, clock=clock(autojump_threshold=0))
+    assert alone == [pytest.approx(19 * 1.0)]
+    assert four == [pytest.approx(19 * 1.75)] * 4
+    with pytest.raises(ValueError, match="must be >= 0"):
+        ScriptedEngine(decode_batch_cost=-1.0)
+
+
 # -- differential: the same request trace on the ScriptedEngine and on real vLLM ------------
 
 
