@@ -23,9 +23,9 @@ ScriptedEngine, so both engines follow one set of rules:
   (Continuum's cost rule: hold while the recompute saved outweighs the hold),
   or (3) the request has waited longer than the patience (aging: nothing
   starves), or (4) nothing is running (an idle engine never holds a request
-  back for a retention). So a new program's first turn waits while admitting it would
-  evict sessions that are about to come back, and is admitted as soon as the
-  cache has room or those sessions are late.
+  back for a retention). So a new program's first turn waits while admitting
+  it would evict sessions that are about to come back, and is admitted as soon
+  as the cache has room, the engine is idle, or those sessions are late.
 * Victims go in this order: entries not worth keeping first, then the owner
   served last (largest ``rank``), then the furthest expected next use
   (KVFlow), then the least recently retained; an entry whose blocks are all
@@ -317,12 +317,14 @@ class RetentionTable(Generic[B]):
             return self._make_room(enough, now, lambda e: True)
         return self._make_room(enough, now, lambda e: e.rank > priority or not self._worth(e, now))
 
-    def make_room(
-        self, enough: Callable[[], bool], *, now: float = 0.0, limit: int | None = None
-    ) -> int:
-        """End entries (victim order, any of them) until ``enough()`` holds, none is
-        left or ``limit`` entries ended."""
-        return self._make_room(enough, now, lambda e: True, limit)
+    def make_room(self, enough: Callable[[], bool], *, now: float = 0.0) -> int:
+        """End entries (victim order, any of them) until ``enough()`` holds or none is left."""
+        return self._make_room(enough, now, lambda e: True)
+
+    def release_victim(self, now: float) -> bool:
+        """End the first entry in victim order that frees a block (for a running request
+        whose next blocks do not fit); returns whether one ended."""
+        return self._make_room(lambda: False, now, lambda e: True, limit=1) == 1
 
     def clear(self, cause: ReleaseCause = "restart", *, free: bool = True) -> int:
         """End every entry (an engine restart: ``free=False``, the pool is gone)."""

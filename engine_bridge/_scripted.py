@@ -368,9 +368,7 @@ class ScriptedEngine(EngineBridge):
                 await self._pause(st, event=self._pending[hashes[hits]])
                 continue
             need = -(-n // bs) - hits
-            running = sum(
-                s.state == "running" and s.epoch == self.epoch for s in self._requests.values()
-            )
+            running = self._running()
             fits = self._fits(hashes[:hits], need)
             if running < self.max_num_seqs and fits:
                 break
@@ -409,10 +407,7 @@ class ScriptedEngine(EngineBridge):
         """Compute the token at ``pos`` (the one sampled last step): allocate, cache full blocks."""
         seconds = self.decode_time_per_token
         if self.decode_batch_cost:
-            batch = sum(
-                r.state == "running" and r.epoch == self.epoch for r in self._requests.values()
-            )
-            seconds += self.decode_batch_cost * max(0, batch - 1)
+            seconds += self.decode_batch_cost * max(0, self._running() - 1)
         await self._pause(st, seconds=seconds)
         bs = self.block_size
         if st.cache_full:
@@ -562,6 +557,10 @@ class ScriptedEngine(EngineBridge):
         head = self._head()
         if head is not None and head.turn is not None:
             head.turn.set()
+
+    def _running(self) -> int:
+        """Requests of this engine epoch running now (the batch of a step)."""
+        return sum(s.state == "running" and s.epoch == self.epoch for s in self._requests.values())
 
     def _make_room(
         self, hits: Sequence[int], need: int, priority: int, waited: float, running: int

@@ -85,7 +85,7 @@ class RetainingScheduler(Scheduler):
             while (
                 blocks is None
                 and request.status == RequestStatus.RUNNING
-                and self.retention.make_room(lambda: False, limit=1, now=time.monotonic())
+                and self.retention.release_victim(time.monotonic())
             ):
                 blocks = allocate(request, *args, **kwargs)
             return blocks

@@ -746,7 +746,7 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
         admission = _admit(state, request, len(prompt) * body.n + body.n * max_tokens)
         meter = _Meter() if body.stream else None
         release = _settling(release, admission, meter)
-        if body.stream and meter is not None:
+        if meter is not None:  # a stream
             handed = True
             return _stream_completion(
                 state,
@@ -1090,7 +1090,7 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
         engines = {name: b for name, b in state.engines.items()}
         for b in state.engines.values():
             engines.setdefault(b.model, b)
-        if body.stream and meter is not None:
+        if meter is not None:  # a stream
             handed = True
             return _stream_collaboration(
                 state, bridge, engines, body, prepared, context, stamp, release, meter, tools

@@ -299,3 +299,15 @@ def test_scripted_restart_clears_retentions() -> None:
 
     before, after, restarts = run_virtual(main)
     assert before > 0 and after == 0 and restarts == "1"
+
+
+def test_a_running_request_takes_one_victim_at_a_time() -> None:
+    """``release_victim`` ends exactly the first entry in victim order that frees a block."""
+    freed: list[tuple[int, ...]] = []
+    table: RetentionTable[int] = RetentionTable(budget=100, free=lambda b: freed.append(tuple(b)))
+    table.retain(Retain("soon", next_use=1.0), [1], 0.0, rank=0)
+    table.retain(Retain("no-hint"), [2], 0.0, rank=0)
+    assert table.release_victim(0.5) and table.names() == ["soon"]  # not worth keeping first
+    assert freed == [(2,)]
+    assert table.release_victim(0.5) and len(table) == 0  # then any entry
+    assert not table.release_victim(0.5)
