@@ -37,6 +37,7 @@ from ..collab import (
     Tool,
     agent_tool_plan,
     collaborate,
+    collaboration_modes,
     largest_turn,
     mcp_tools,
     prepare_collaboration,
@@ -79,7 +80,7 @@ from ._retry import (
     retry_after,
     run_retrying,
 )
-from ._schemas import ChatCompletionRequest
+from ._schemas import ChatCompletionRequest, served_rules
 from ._sessions import SessionPlan, Sessions, SessionSettings
 from ._shutdown import Drain
 from ._sse import DONE, EventBuffer, SSEResponse, StreamItem
@@ -148,6 +149,8 @@ class _State:
     sessions: Sessions = attrs.Factory(Sessions)
     #: salt each API key's prefix cache apart (several keys, no shared cache)
     salted: bool = False
+    #: what the cached OpenAPI document lists (models, adapters, modes, tools)
+    openapi_for: tuple[tuple[str, ...], ...] = ()
 
 
 def create_app(
@@ -300,13 +303,21 @@ def create_app(
         state.metrics.inc("microagent_requests_total", kind=kind, status=str(response.status_code))
         return response
 
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    app.openapi = lambda: _openapi(app, state)  # type: ignore[method-assign]
     return app
 
 
-def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's document without its 422 responses: validation errors are answered 400."""
-    if app.openapi_schema is None:
+def _openapi(app: FastAPI, state: _State) -> dict[str, Any]:
+    """FastAPI's document without its 422 responses, plus this server's own rules.
+
+    Validation errors are answered 400. The served models, registered modes and
+    adapters and the server's tools are listed as they are now: the document is
+    rebuilt when one of them changes (``register_mode`` after startup, say).
+    """
+    models = sorted({*state.engines, *(b.model for b in state.engines.values()), "default"})
+    adapters = sorted({a for b in state.engines.values() for a in b.adapters})
+    served = (tuple(models), tuple(adapters), tuple(collaboration_modes()), tuple(state.tools))
+    if app.openapi_schema is None or state.openapi_for != served:
         from fastapi.openapi.utils import get_openapi
 
         schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
@@ -316,7 +327,18 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         components = schema.get("components", {}).get("schemas", {})
         components.pop("HTTPValidationError", None)
         components.pop("ValidationError", None)
+        served_rules(
+            schema,
+            models=models,
+            adapters=adapters,
+            modes=served[2],
+            server_tools=served[3],
+            max_n=state.limits.max_n,
+            max_agents_per_spec=state.limits.max_agents_per_spec,
+            max_total_agents=state.limits.max_total_agents,
+        )
         app.openapi_schema = schema
+        state.openapi_for = served
     return app.openapi_schema
 
 

@@ -14,26 +14,8 @@ from typing import Any
 from ..collab import FieldRule, agent_field_rules
 from ..engine_bridge import MAX_TOP_LOGPROBS
 from ._errors import bad_request
-from ._schemas import REFUSED_PARAMETERS, ChatCompletionRequest
+from ._schemas import MAX_METADATA_PAIRS, PLAIN_ONLY, REFUSED_PARAMETERS, ChatCompletionRequest
 from ._tools import check_json_schema
-
-MAX_METADATA_PAIRS = 16
-
-#: Parameters a collaboration does not take (its agents' own fields say how they sample).
-_PLAIN_ONLY = (
-    "logprobs",
-    "top_logprobs",
-    "response_format",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "frequency_penalty",
-    "presence_penalty",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-)
-
 
 #: The sampling bounds a request shares with an agent (``temperature``, ``top_p``).
 _AGENT_RULES = agent_field_rules()
@@ -48,13 +30,13 @@ def _check_rule(value: float | None, param: str, rule: FieldRule) -> None:
 
 def max_tokens_of(body: ChatCompletionRequest) -> int | None:
     """The completion budget asked for (``max_completion_tokens`` first), checked."""
-    value = (
-        body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    )
-    param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    if value is not None and value < 1:
-        raise bad_request(f"{param} must be >= 1, got {value}", param)
-    return value
+    for param in ("max_tokens", "max_completion_tokens"):  # both checked, as documented
+        given = getattr(body, param)
+        if given is not None and given < 1:
+            raise bad_request(f"{param} must be >= 1, got {given}", param)
+    if body.max_completion_tokens is not None:
+        return body.max_completion_tokens
+    return body.max_tokens
 
 
 def stops_of(body: ChatCompletionRequest) -> tuple[str, ...]:
@@ -106,13 +88,15 @@ def check_parameters(body: ChatCompletionRequest, *, collaboration: bool) -> Non
                 "top_logprobs",
             )
     if collaboration:
-        for name in _PLAIN_ONLY:
-            if getattr(body, name) not in (None, False):
-                raise bad_request(
-                    f"{name} applies to plain completions; with agents, set it on the agents "
-                    "or the collaboration (collaboration.answer constrains the answer)",
-                    name,
-                )
+        for name in PLAIN_ONLY:
+            value = getattr(body, name)
+            if value is None or value is False or (name == "tools" and value == []):
+                continue  # not given (an empty tools list offers none)
+            raise bad_request(
+                f"{name} applies to plain completions; with agents, set it on the agents "
+                "or the collaboration (collaboration.answer constrains the answer)",
+                name,
+            )
 
 
 def sampling_fields(body: ChatCompletionRequest) -> dict[str, Any]:

@@ -22,9 +22,7 @@ from ..engine_bridge import (
     render_tool_calls,
 )
 from ._errors import bad_request
-
-MAX_TOOLS = 128
-
+from ._schemas import MAX_TOOLS
 
 # -- requests ------------------------------------------------------------------------------
 

@@ -64,6 +64,8 @@ def test_openapi_agent_bounds_are_agent_spec_bounds(client: TestClient) -> None:
     keys = ("minimum", "maximum", "exclusiveMinimum", "minLength", "maxLength", "type")
     for name, rule in rules.items():
         expected = {k: v for k, v in rule.json_schema().items() if k in keys}
+        if name == "count":  # this server's own, tighter cap (ServerLimits.max_agents_per_spec)
+            expected["maximum"] = 6
         got = {k: v for k, v in documented["properties"][name].items() if k in keys}
         assert got == expected, name
     assert documented["properties"]["temperature"]["minimum"] == rules["temperature"].minimum == 0
@@ -135,3 +137,41 @@ def test_openapi_documents_the_errors_the_server_sends(client: TestClient) -> No
     r = client.post("/v1/chat/completions", json={"messages": []})
     assert r.status_code == 400
     assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_an_empty_tools_list_with_agents_is_accepted_as_the_document_says(
+    client: TestClient,
+) -> None:
+    """``tools: []`` with agents means no client tools (it was a 400 the document did not state)."""
+    body = {
+        "messages": [{"role": "user", "content": "yes or no?"}],
+        "max_tokens": 4,
+        "agents": [{"name": "voter", "count": 2}],
+        "tools": [],
+    }
+    assert client.post("/v1/chat/completions", json=body).status_code == 200
+    body["tools"] = [{"type": "function", "function": {"name": "f"}}]
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
+
+
+def test_the_document_states_the_rules_the_server_checks(client: TestClient) -> None:
+    """tool_call_id on tool messages, tools with agents and the registered modes are schema."""
+    import jsonschema
+    from microagent.collab import collaboration_modes
+
+    document = client.get("/openapi.json").json()
+    request = jsonschema.Draft202012Validator(
+        {"$ref": "#/components/schemas/ChatCompletionRequest", **document}
+    )
+    user = {"role": "user", "content": "hi"}
+    assert not request.is_valid({"messages": [user, {"role": "tool", "content": "x"}]})
+    assert not request.is_valid({"messages": [{**user, "tool_call_id": "a"}]})
+    agents = {"messages": [user], "agents": [{"name": "a"}]}
+    assert request.is_valid({**agents, "tools": []})
+    assert not request.is_valid(
+        {**agents, "tools": [{"type": "function", "function": {"name": "f"}}]}
+    )
+    modes = document["components"]["schemas"]["CollaborationModel"]["properties"]["mode"]["enum"]
+    assert modes == collaboration_modes()
+    assert not request.is_valid({**agents, "collaboration": {"mode": "no-such-mode"}})
