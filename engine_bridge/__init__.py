@@ -39,6 +39,7 @@ from ._salt import current_cache_salt as current_cache_salt
 from ._salt import salt_for as salt_for
 from ._salt import set_cache_salt as set_cache_salt
 from ._scripted import ScriptedEngine as ScriptedEngine
+from ._step_cost import StepCost as StepCost
 from ._tokenizer import ToyTokenizer as ToyTokenizer
 from ._tool_calls import TOOL_NAME as TOOL_NAME
 from ._tool_calls import TOOL_NAME_PATTERN as TOOL_NAME_PATTERN
@@ -92,6 +93,7 @@ __all__ = [
     "Sampling",
     "SchedulerSnapshot",
     "ScriptedEngine",
+    "StepCost",
     "TaggedJson",
     "Timings",
     "TokenDelta",

@@ -24,9 +24,10 @@ Cache rules (those of vLLM v1's prefix cache, which these follow block for block
   the same way). Requests wait (``scheduler_waiting``) while ``max_num_seqs``
   are running or the pool cannot hold their prompt, and are admitted in
   priority order (lower value first, then arrival: vLLM's ``priority``
-  policy); the head of the line blocks those behind it. The double never preempts:
-  when concurrent requests exhaust the pool while decoding, the blocks that do
-  not fit are simply not cached.
+  policy); the head of the line blocks those behind it. A decoding request that
+  needs a block takes one from a retention (in victim order) before the pool
+  counts as full, as vLLM's does; the double never preempts: when the pool is
+  exhausted, the blocks that do not fit are simply not cached.
 * ``num_cached_tokens`` comes with a request's first output step.
 
 Outputs are scripted (``script``) or seeded pseudo-random words, end with the
@@ -36,11 +37,13 @@ strings; under a JSON constraint (``json_schema``, ``json_object``, ``tagged``)
 an unscripted reply is a small valid document (``example_instance``); ``logprobs``
 are made up but well formed (the sampled token most likely, probabilities
 summing below 1); ``regex``, ``top_p`` and ``top_k`` are ignored. Latency is anyio
-sleeps (``prefill_time_per_token``, ``decode_time_per_token``).
+sleeps (``prefill_time_per_token``, ``decode_time_per_token``), or batched engine
+steps under a ``StepCost`` (``cost``).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import itertools
@@ -48,7 +51,7 @@ import json
 import math
 import random
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Literal
 
 import anyio
@@ -60,6 +63,7 @@ from ._errors import EngineDied, EngineUnavailable, RequestRefused
 from ._handle import AdapterRef, KVHandle
 from ._json_instance import example_instance
 from ._retention import RetentionStats, RetentionTable
+from ._step_cost import StepClock, StepCost
 from ._tokenizer import IM_END, ToyTokenizer
 from ._types import FinishReason, Sampling, TokenLogprob
 
@@ -126,9 +130,11 @@ class ScriptedEngine(EngineBridge):
         max_num_seqs: requests running at once; others wait.
         prefill_time_per_token: virtual seconds per computed prompt token.
         decode_time_per_token: virtual seconds per generated token.
-        decode_batch_cost: virtual seconds each generated token costs more per other
-            request running beside it: a step's time grows with its batch, as a real
-            engine's does (0: every request decodes as if alone).
+        cost: run prefill and decode in batched engine steps whose time is this
+            ``StepCost`` (chunked prefill sharing a token budget, decode slowing
+            with the batch), as a real engine does, instead of the per-request
+            sleeps above (which must then be 0): the model ``bench/agents_sim.py``
+            simulates load with.
         reply_words: (min, max) words of a seeded reply.
         retention_budget: the fraction of ``num_blocks`` that ``retain=`` may hold
             (0 disables retention), with vLLM's rules (see ``Retain``).
@@ -148,7 +154,7 @@ class ScriptedEngine(EngineBridge):
         max_num_seqs: int = 256,
         prefill_time_per_token: float = 0.0,
         decode_time_per_token: float = 0.0,
-        decode_batch_cost: float = 0.0,
+        cost: StepCost | None = None,
         reply_words: tuple[int, int] = (4, 24),
         retention_budget: float = 0.5,
         retention_ttl: float | None = None,
@@ -161,9 +167,12 @@ class ScriptedEngine(EngineBridge):
         self.seed = seed
         self.num_blocks = num_blocks
         self.max_num_seqs = max_num_seqs
-        if min(prefill_time_per_token, decode_time_per_token, decode_batch_cost) < 0:
-            raise ValueError("prefill, decode and batch costs must be >= 0 seconds")
-        self.decode_batch_cost = decode_batch_cost
+        if min(prefill_time_per_token, decode_time_per_token) < 0:
+            raise ValueError("prefill and decode times must be >= 0 seconds")
+        if cost is not None and (prefill_time_per_token or decode_time_per_token):
+            raise ValueError("give either a step cost or per-token times, not both")
+        #: the batched step model (None: per-request sleeps)
+        self.steps = None if cost is None else StepClock(cost)
         self.prefill_time_per_token = prefill_time_per_token
         self.decode_time_per_token = decode_time_per_token
         self.reply_words = reply_words
@@ -187,10 +196,14 @@ class ScriptedEngine(EngineBridge):
         self._line: list[tuple[int, int, _Request]] = []  # heap of waiting requests
         self._canned = itertools.count()
         self._pool_changed: anyio.Event | None = None
+        per_token = prefill_time_per_token if cost is None else cost.prefill_token
         self._retention: RetentionTable[int] = RetentionTable(
             budget=int(num_blocks * retention_budget),
             free=self._give_back,
             default_ttl=retention_ttl,
+            # what recomputing an entry costs here, as the vLLM scheduler reckons it
+            block_tokens=block_size,
+            **({"prefill_rate": 1.0 / per_token} if per_token > 0 else {}),
         )
         self._reset_pool()
 
@@ -398,21 +411,31 @@ class ScriptedEngine(EngineBridge):
     async def _prefill(self, st: _Request) -> None:
         full = st.full
         computed = len(st.request.prompt) - (st.cached or 0)
-        await self._pause(st, seconds=computed * self.prefill_time_per_token)
+        if self.steps is not None:
+            work = functools.partial(self.steps.prefill, computed, st.cached or 0)
+            await self._pause(st, work=work)
+        else:
+            await self._pause(st, seconds=computed * self.prefill_time_per_token)
         for i in range(len(st.hashes), len(full)):
             self._cache_block(st, i, full[i])
         self._resolve_pending(st)
 
     async def _decode(self, st: _Request, pos: int, tokens: tuple[int, ...]) -> None:
         """Compute the token at ``pos`` (the one sampled last step): allocate, cache full blocks."""
-        seconds = self.decode_time_per_token
-        if self.decode_batch_cost:
-            seconds += self.decode_batch_cost * max(0, self._running() - 1)
-        await self._pause(st, seconds=seconds)
+        if self.steps is not None:
+            await self._pause(st, work=functools.partial(self.steps.decode, pos))
+        else:
+            await self._pause(st, seconds=self.decode_time_per_token)
         bs = self.block_size
         if st.cache_full:
             return
         if pos % bs == 0:
+            # as the vLLM scheduler does: a running request's next block comes before any
+            # retention (one victim at a time), and only then does the pool count as full
+            while self._empty + len(self._lru) == 0 and self._retention.release_victim(
+                anyio.current_time()
+            ):
+                pass
             if self._empty + len(self._lru) == 0:
                 st.cache_full = True
                 return
@@ -661,15 +684,22 @@ class ScriptedEngine(EngineBridge):
 
     # -- interruption ------------------------------------------------------------------
     async def _pause(
-        self, st: _Request, *, seconds: float = 0.0, event: anyio.Event | None = None
+        self,
+        st: _Request,
+        *,
+        seconds: float = 0.0,
+        event: anyio.Event | None = None,
+        work: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """Sleep or wait, woken early by an abort or the engine dying."""
+        """Sleep, wait or compute in engine steps, woken early by an abort or the engine dying."""
         with anyio.CancelScope() as scope:
             st.scope = scope
             if st.aborted or st.died is not None:
                 scope.cancel()
             if event is not None:
                 await event.wait()
+            elif work is not None:
+                await work()
             else:
                 await anyio.sleep(seconds)
         st.scope = None

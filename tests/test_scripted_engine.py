@@ -22,6 +22,7 @@ from microagent.engine_bridge import (
     Retain,
     Sampling,
     ScriptedEngine,
+    StepCost,
     ToyTokenizer,
 )
 from strategies import cache_programs, chat_texts
@@ -451,37 +452,94 @@ def test_latency_is_virtual_under_mock_clock() -> None:
     assert elapsed == pytest.approx(10 * 0.5 + 100 * 1.0)
 
 
-def test_a_decode_step_costs_more_in_a_bigger_batch() -> None:
-    """With ``decode_batch_cost`` each token takes longer beside other running requests:
-    alone, the 19 decodes after the prefill's token take 19 x 1.0 s; four requests at once
-    take 19 x (1.0 + 3 x 0.25) s each."""
+def _timed_requests(
+    cost: StepCost, prompts: list[int], max_tokens: int, **engine: int
+) -> tuple[list[float], int, float]:
+    """Run one request per prompt length at once under ``cost`` in virtual time: each one's
+    seconds to finish, the steps the clock ran, and its busy time."""
 
-    async def main(concurrent: int) -> list[float]:
-        elapsed: list[float] = []
+    async def main() -> tuple[list[float], int, float]:
+        elapsed: list[float] = [0.0] * len(prompts)
         async with ScriptedEngine(
-            decode_time_per_token=1.0, decode_batch_cost=0.25, script=[list(range(20, 40))]
-        ) as engine:
+            cost=cost, script=[list(range(20, 20 + max_tokens))], **engine
+        ) as engine_:
 
-            async def one(i: int) -> None:
+            async def one(i: int, n: int) -> None:
                 start = trio.current_time()
-                result = await engine.generate(
-                    engine.handle([i + 1] * 8), Sampling(max_tokens=20, temperature=0.0)
+                result = await engine_.generate(
+                    engine_.handle([100 + i] * n), Sampling(max_tokens=max_tokens, temperature=0.0)
                 )
-                assert len(result.output_ids) == 20
-                elapsed.append(trio.current_time() - start)
+                assert len(result.output_ids) == max_tokens
+                elapsed[i] = trio.current_time() - start
 
             async with trio.open_nursery() as nursery:
-                for i in range(concurrent):
-                    nursery.start_soon(one, i)
-        return elapsed
+                for i, n in enumerate(prompts):
+                    nursery.start_soon(one, i, n)
+            assert engine_.steps is not None
+            return elapsed, engine_.steps.steps, engine_.steps.busy
 
-    clock = trio.testing.MockClock
-    alone = trio.run(main, 1, clock=clock(autojump_threshold=0))
-    four = trio.run(main, 4, clock=clock(autojump_threshold=0))
-    assert alone == [pytest.approx(19 * 1.0)]
-    assert four == [pytest.approx(19 * 1.75)] * 4
-    with pytest.raises(ValueError, match="must be >= 0"):
-        ScriptedEngine(decode_batch_cost=-1.0)
+    return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_a_step_costs_its_base_its_prefill_tokens_and_its_decode_batch() -> None:
+    """Under a ``StepCost`` requests share batched steps: alone, a 10-token prompt and
+    20 tokens take one prefill step (base + 10 x prefill) and 19 decode steps
+    (base + 1 x decode); four at once share every step, so each takes what the whole
+    batch takes: one prefill step of 40 tokens and 19 steps of four decodes."""
+    cost = StepCost(base=0.5, prefill_token=0.01, decode_seq=0.25)
+    alone, steps, busy = _timed_requests(cost, [10], 20)
+    assert alone == [pytest.approx(0.5 + 0.1 + 19 * 0.75)] and steps == 20
+    assert busy == pytest.approx(alone[0])
+    four, steps, _ = _timed_requests(cost, [10] * 4, 20)
+    assert four == [pytest.approx(0.5 + 0.4 + 19 * (0.5 + 4 * 0.25))] * 4 and steps == 20
+
+
+def test_a_long_prefill_is_chunked_by_the_token_budget_and_delays_the_decodes_beside_it() -> None:
+    """A 100-token prompt under a 40-token budget takes three steps (40, 40, 20); a short
+    request decoding beside it gets one token of each step's budget, so the long
+    prompt's chunks are 39, 39 and 22 and every decode step beside them is slower."""
+    cost = StepCost(base=0.0, prefill_token=0.01, decode_seq=0.1, max_batched_tokens=40)
+    alone, steps, _ = _timed_requests(cost, [100], 1)
+    assert alone == [pytest.approx(1.0)] and steps == 3
+    short_alone, _, _ = _timed_requests(cost, [4], 6)
+    both, steps, busy = _timed_requests(cost, [4, 100], 6)
+    assert both[0] > short_alone[0] and both[1] > alone[0] + 5 * 0.1
+    # every prompt token is computed once, every decode once: the busy time is the work
+    assert busy == pytest.approx(0.01 * 104 + 0.1 * 10)
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        StepCost(base=-1.0, prefill_token=0.0, decode_seq=0.0)
+    with pytest.raises(ValueError, match="max_batched_tokens"):
+        StepCost(base=0.0, prefill_token=0.0, decode_seq=0.0, max_batched_tokens=0)
+    with pytest.raises(ValueError, match="not both"):
+        ScriptedEngine(cost=cost, decode_time_per_token=1.0)
+
+
+def test_an_aborted_request_leaves_the_steps_running_for_the_others() -> None:
+    """The request leading a step is aborted mid-step: the step still ends, the others
+    finish, and the aborted one computes nothing more."""
+
+    async def main() -> tuple[str, int]:
+        cost = StepCost(base=1.0, prefill_token=0.0, decode_seq=0.0)
+        async with ScriptedEngine(cost=cost, script=[list(range(20, 30))]) as engine:
+            done: list[int] = []
+
+            async def other() -> None:
+                result = await engine.generate(engine.handle([7] * 5), Sampling(max_tokens=10))
+                done.append(result.completion_tokens)
+
+            async with (
+                trio.open_nursery() as nursery,
+                engine.stream(engine.handle([3] * 5), Sampling(max_tokens=10)) as gen,
+            ):
+                nursery.start_soon(other)
+                async for delta in gen:
+                    if delta.token_ids:
+                        await engine.abort(gen.request_id)
+            assert gen.result is not None
+            return gen.result.finish_reason, done[0]
+
+    finish, other_tokens = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert finish == "abort" and other_tokens == 10
 
 
 # -- differential: the same request trace on the ScriptedEngine and on real vLLM ------------
