@@ -752,15 +752,8 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
             raise _engine_error(exc) from None
         except ValueError as exc:
             raise bad_request(str(exc)) from None
-        options = body.prompt_cache_options
-        session = state.sessions.plan(
-            tenant,
-            bridge,
-            prompt,
-            cache_key=body.prompt_cache_key,
-            ttl=options.ttl if options is not None else None,
-            retention=body.prompt_cache_retention,
-            tools=plan is not None and plan.active and body.n == 1,
+        session = _session_plan(
+            state, tenant, bridge, prompt, body, tools=plan is not None and plan.active
         )
         if body.n > 1:  # n forks of one prompt: none of them is the session's next turn
             session = attrs.evolve(session, retain=None)
@@ -826,6 +819,60 @@ async def _completion(state: _State, body: ChatCompletionRequest, request: Reque
             "usage": _usage(prompt_tokens, cached, completion),
         }
     )
+
+
+def _session_plan(
+    state: _State,
+    tenant: str,
+    bridge: EngineBridge,
+    prompt: KVHandle,
+    body: ChatCompletionRequest,
+    *,
+    tools: bool,
+) -> SessionPlan:
+    """What the request's ``prompt_cache_*`` fields (and a tool call) ask the sessions to keep."""
+    options = body.prompt_cache_options
+    return state.sessions.plan(
+        tenant,
+        bridge,
+        prompt,
+        cache_key=body.prompt_cache_key,
+        ttl=options.ttl if options is not None else None,
+        retention=body.prompt_cache_retention,
+        tools=tools and body.n == 1,
+    )
+
+
+async def _collaboration_turn_done(
+    state: _State,
+    bridge: EngineBridge,
+    tenant: str,
+    session: SessionPlan | None,
+    messages: Sequence[Mapping[str, Any]],
+    answer: str,
+) -> None:
+    """A collaboration answered a session's turn: keep the conversation and the answer, composed
+    as the client's next turn will send them back, for that turn to extend.
+
+    The agents' own threads are released when the collaboration ends; what the next
+    turn re-sends is the conversation plus this answer. Composing it costs a prefill of
+    the answer (the conversation is still cached) and one decoded token; a failure
+    here never fails the reply, the session just recomputes.
+    """
+    if session is None or session.retain is None:
+        return
+    try:
+        kept = await _compose(bridge, [*messages, {"role": "assistant", "content": answer}])
+        result = await bridge.generate(
+            kept, Sampling(max_tokens=1), retain=session.retain, priority=session.priority
+        )
+    except Exception:
+        await state.sessions.finished(
+            tenant, bridge, session, bridge.handle([]), tool_calls=False, ok=False
+        )
+        return
+    ok = result.finish_reason in ("stop", "length")
+    await state.sessions.finished(tenant, bridge, session, kept, tool_calls=False, ok=ok)
 
 
 async def _turn_done(
@@ -1081,7 +1128,10 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
             f"agents[{i}].tools: {name!r} is not among the collaboration's tools ({names})",
             f"agents[{i}].tools",
         )
+    tenant = _tenant(request)
     messages = _messages(body)
+    # re-sent answers as their generated ids (with tools, collaborate composes the context)
+    conversation = messages if tools else state.sessions.splice(tenant, bridge, messages)
     release = _reserve(state, collaboration=True)
     handed = False
     try:
@@ -1091,10 +1141,15 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
         measured = (
             with_tool_instructions(messages, agent_tool_plan({t.name: t for t in tools}))
             if tools
-            else messages
+            else conversation
         )
         composed = await _compose(bridge, measured)
         context: KVHandle | list[dict[str, str]] = messages if tools else composed
+        # a session's turn keeps the conversation and its answer for the next turn (not with
+        # tools: their description leads the agents' context, not the conversation's)
+        session = (
+            None if tools else _session_plan(state, tenant, bridge, composed, body, tools=False)
+        )
         per_agent = [s.max_tokens for s in specs if s.max_tokens is not None]
         budget = max([int(options.get("max_tokens", 256)), *per_agent])
         _check_length(bridge, len(composed) + 16, budget)
@@ -1115,7 +1170,17 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
         if meter is not None:  # a stream
             handed = True
             return _stream_collaboration(
-                state, bridge, engines, body, prepared, context, stamp, release, meter, tools
+                state,
+                bridge,
+                engines,
+                body,
+                prepared,
+                context,
+                stamp,
+                release,
+                meter,
+                tools,
+                (tenant, session, conversation),
             )
         watch = ToolWatch()  # a collaboration that ran a tool is never run again
         mode = prepared.op.name
@@ -1141,6 +1206,7 @@ async def _collaboration(state: _State, body: ChatCompletionRequest, request: Re
             return Response(status_code=499)
         if admission is not None:  # what it used, not its worst case
             admission.settle(outcome.usage.prompt_tokens + outcome.usage.completion_tokens)
+        await _collaboration_turn_done(state, bridge, tenant, session, conversation, outcome.answer)
     finally:
         if not handed:
             release()
@@ -1318,6 +1384,7 @@ def _stream_collaboration(
     release: Callable[[], None],
     meter: _Meter,
     tools: Sequence[Tool] = (),
+    session: tuple[str, SessionPlan | None, Sequence[Mapping[str, Any]]] | None = None,
 ) -> Response:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     buffer = EventBuffer(state.limits.max_sse_buffer)
@@ -1383,6 +1450,9 @@ def _stream_collaboration(
             return
         finally:
             release()
+        if session is not None:
+            tenant, plan, messages = session
+            await _collaboration_turn_done(state, bridge, tenant, plan, messages, outcome.answer)
         if not answer_sent[0]:
             buf.put(
                 _fixed(

@@ -7,6 +7,7 @@ with the same turn sent without a session, under the same flood.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -142,3 +143,56 @@ def test_a_reply_ending_in_tool_calls_is_kept_for_the_tool_result() -> None:
         flood(srv)
         plain = post(srv, {**body, "messages": [{"role": "user", "content": f"answer {WORDS}"}]})
         assert cached(plain) < prompt // 16 * 16
+
+
+def streamed_answer(srv: LiveServer, body: dict[str, Any]) -> str:
+    """The answer a streamed request's chunks carry."""
+    body = {"model": "scripted", "max_tokens": 6, "temperature": 0.0, "stream": True, **body}
+    headers = {"authorization": f"Bearer {KEYS[0]}"}
+    parts = []
+    with httpx.stream(
+        "POST", f"{srv.url}/v1/chat/completions", json=body, headers=headers, timeout=30
+    ) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                for choice in json.loads(line[6:]).get("choices", []):
+                    parts.append(choice["delta"].get("content") or "")
+    return "".join(parts)
+
+
+def collaboration_turns(
+    srv: LiveServer, tag: str, extra: dict[str, Any], *, stream: bool = False
+) -> tuple[int, int]:
+    """A vote answers turn 1, another key floods the cache, then turn 2 (a plain completion)
+    re-sends the conversation with the vote's answer: its cached tokens, and the
+    conversation's own length as turn 2 composes it (its prompt less the new message)."""
+    first = [{"role": "user", "content": f"{tag} {WORDS}"}]
+    vote = {"agents": [{"name": "voter", "count": 2}], "collaboration": {"mode": "vote"}}
+    if stream:
+        answer = streamed_answer(srv, {"messages": first, **vote, **extra})
+    else:
+        one = post(srv, {"messages": first, **vote, **extra})
+        assert one.status_code == 200, one.text
+        answer = one.json()["choices"][0]["message"]["content"]
+    flood(srv)
+    again = [*first, {"role": "assistant", "content": answer}, {"role": "user", "content": "more"}]
+    two = post(srv, {"messages": again, **extra})
+    probe = post(srv, {"messages": [{"role": "user", "content": "more"}]}, KEYS[1])
+    return cached(two), two.json()["usage"]["prompt_tokens"] - probe.json()["usage"][
+        "prompt_tokens"
+    ]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_collaboration_turn_of_a_session_keeps_the_conversation_and_its_answer(
+    stream: bool,
+) -> None:
+    """``prompt_cache_key`` on a collaboration retains what the next turn re-sends (the
+    conversation plus the collaboration's answer): it survives the flood, every full
+    block of it is a hit; without a session the same turn is evicted."""
+    with live_server(scripted(num_blocks=24, retention_budget=0.5), api_key=KEYS) as srv:
+        session = {"prompt_cache_key": "c1"}
+        kept, conversation = collaboration_turns(srv, "agents", session, stream=stream)
+        plain, _ = collaboration_turns(srv, "nokey", {}, stream=stream)
+    assert conversation > 32 and kept >= conversation // 16 * 16 > plain
