@@ -26,6 +26,14 @@ ScriptedEngine, so both engines follow one set of rules:
   back for a retention). So a new program's first turn waits while admitting
   it would evict sessions that are about to come back, and is admitted as soon
   as the cache has room, the engine is idle, or those sessions are late.
+* **Headroom.** A request that fits may still wait: a new program's first turn
+  (its cached prefix continues no live entry) is held back while admitting it
+  would leave fewer free blocks than the sessions worth keeping will add on
+  their next turns (``reserve``: the blocks an average turn has added, learned
+  from supersessions, per such session). Without it newcomers fill every free
+  block and each returning session must evict another (measured: 2.8x the
+  workload floor at 1.6x pressure, 1.2x with it). The same four exceptions
+  apply: a returning session, an idle engine, past the patience.
 * Victims go in this order: entries not worth keeping first, then the owner
   served last (largest ``rank``), then the furthest expected next use
   (KVFlow), then the least recently retained; an entry whose blocks are all
@@ -34,6 +42,7 @@ ScriptedEngine, so both engines follow one set of rules:
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Final, Generic, Literal, TypeVar, get_args
@@ -49,8 +58,10 @@ RELEASE_CAUSES: Final[tuple[str, ...]] = get_args(ReleaseCause)
 DEFAULT_PATIENCE: Final = 20.0
 #: An entry is worth keeping while its next use is at most this many times its recompute time.
 DEFAULT_KEEP_FACTOR: Final = 4.0
-#: ... and at least this many seconds away (below it, holding always wins).
-DEFAULT_MIN_HOLD: Final = 2.0
+#: ... or at most this many seconds away: a tool wait under half a minute is always worth
+#: holding (a GPU recomputes a context in milliseconds, but under pressure that recompute
+#: is what overloads it; chosen on the simulator, bench/agents_sim.py).
+DEFAULT_MIN_HOLD: Final = 30.0
 
 
 @attrs.frozen
@@ -184,6 +195,8 @@ class RetentionTable(Generic[B]):
     _released: Counter[str] = attrs.field(factory=Counter, init=False)
     _retains: int = attrs.field(default=0, init=False)
     _order: int = attrs.field(default=0, init=False)
+    _growth: float = attrs.field(default=0.0, init=False)  # blocks a session adds per turn
+    _ends: dict[B, set[str]] = attrs.field(factory=dict, init=False)  # last block -> keys
 
     # -- reading -----------------------------------------------------------------------
     def __contains__(self, key: object) -> bool:
@@ -218,6 +231,34 @@ class RetentionTable(Generic[B]):
         """Whether holding ``key`` against a waiting request beats recomputing it later."""
         entry = self._entries.get(key)
         return entry is not None and self._worth(entry, now)
+
+    def extended_by(self, hits: Iterable[B]) -> bool:
+        """Whether a prompt whose cached blocks are ``hits`` continues a live entry (all of
+        its blocks): a returning session, not a new program sharing only a prefix."""
+        hit = set(hits)
+        for block in hit & self._ends.keys():
+            for key in self._ends[block]:
+                entry = self._entries.get(key)
+                if entry is not None and hit.issuperset(entry.blocks):
+                    return True
+        return False
+
+    def reserve(self, now: float) -> int:
+        """Free blocks the live sessions worth keeping are expected to need on their next
+        turn (each grows by the blocks an average turn has added so far)."""
+        live = sum(self._worth(e, now) for e in self._entries.values())
+        return math.ceil(self._growth * live)
+
+    def holds_back(
+        self, free_after: int, *, extends: bool, waited: float, now: float, idle: bool = False
+    ) -> bool:
+        """Whether a request that could be admitted waits instead: a new program's first
+        turn (``extends`` nothing live) while admitting it would leave fewer than
+        ``reserve`` blocks free for the sessions about to come back. Never on an idle
+        engine, never past the patience (aging), never a returning session."""
+        if extends or idle or waited >= self.patience or not self._entries:
+            return False
+        return free_after < self.reserve(now)
 
     def stats(self) -> RetentionStats:
         return RetentionStats(
@@ -257,8 +298,11 @@ class RetentionTable(Generic[B]):
         )
         previous = self._entries.pop(retain.key, None)
         self._entries[retain.key] = entry
+        self._ends.setdefault(held[-1], set()).add(retain.key)
         self._holders.update(held)
+        grown = []
         if previous is not None:  # the new entry covers the old one's shared blocks
+            grown.append(len(held) - len(previous.blocks))
             self._drop(previous, "superseded")
         if retain.scope is not None:
             mine = set(held)
@@ -268,7 +312,11 @@ class RetentionTable(Generic[B]):
                 if e is not entry and e.scope == retain.scope and mine.issuperset(e.blocks)
             ]
             for old in covered:
+                grown.append(len(held) - len(old.blocks))
                 self._drop(old, "superseded")
+        if grown:  # what a session's turn added: the headroom its next turn will want
+            step = max(0, min(grown))
+            self._growth = step if not self._growth else 0.9 * self._growth + 0.1 * step
         self.expire(now)
         while self.held_blocks > self.budget and (victim := self._victim(now)) is not None:
             self._drop(victim, "budget")
@@ -373,6 +421,12 @@ class RetentionTable(Generic[B]):
     def _drop(self, entry: _Entry[B], cause: ReleaseCause, *, free: bool = True) -> None:
         if self._entries.get(entry.key) is entry:
             del self._entries[entry.key]
+        current = self._entries.get(entry.key)  # a successor under the same key stays indexed
+        ends = self._ends.get(entry.blocks[-1])
+        if ends is not None and (current is None or current.blocks[-1] != entry.blocks[-1]):
+            ends.discard(entry.key)
+            if not ends:
+                del self._ends[entry.blocks[-1]]
         self._holders.subtract(entry.blocks)
         for block in entry.blocks:
             if self._holders[block] <= 0:

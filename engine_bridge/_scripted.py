@@ -383,7 +383,11 @@ class ScriptedEngine(EngineBridge):
             need = -(-n // bs) - hits
             running = self._running()
             fits = self._fits(hashes[:hits], need)
-            if running < self.max_num_seqs and fits:
+            if (
+                running < self.max_num_seqs
+                and fits
+                and not self._held_back(st, hashes[:hits], need, queued, running)
+            ):
                 break
             if not fits and self._make_room(
                 hashes[:hits], need, st.request.priority, anyio.current_time() - queued, running
@@ -602,6 +606,25 @@ class ScriptedEngine(EngineBridge):
             idle=running == 0,
         )
         return ended > 0
+
+    def _held_back(
+        self, st: _Request, hits: Sequence[int], need: int, queued: float, running: int
+    ) -> bool:
+        """Whether the admission rule holds a new program's first turn back for the headroom
+        of sessions about to come back (``RetentionTable.holds_back``)."""
+        table = self._retention
+        if not len(table):
+            return False
+        in_lru = sum(self._refs.get(h) == 0 for h in hits)
+        free_after = self._empty + len(self._lru) - in_lru - need
+        now = anyio.current_time()
+        return table.holds_back(
+            free_after,
+            extends=table.extended_by(hits),
+            waited=now - queued,
+            now=now,
+            idle=running == 0,
+        )
 
     def _fits(self, hits: Sequence[int], need: int) -> bool:
         """Whether ``need`` new blocks fit beside ``hits`` (hits idle in the LRU are not free)."""

@@ -72,7 +72,7 @@ class VLLMBridge(EngineBridge):
             (``CPU Generator does not use offset``): ``"refuse"`` (default,
             ``RequestRefused("seed")``) or ``"ignore"`` (serve it unseeded).
         retention: the fraction of the KV cache that ``retain=`` may hold resident
-            (default 0.8; 0 or None: no retention, vLLM's own scheduler). It loads
+            (default 0.95; 0 or None: no retention, vLLM's own scheduler). It loads
             our scheduler class into the EngineCore (``scheduler_cls``). Waiting
             requests take retained blocks by the admission rule (see ``Retain``),
             so a large budget never starves a new program past the patience.
@@ -103,7 +103,7 @@ class VLLMBridge(EngineBridge):
         max_restarts: int = 3,
         restart_backoff: float = 1.0,
         cpu_seed: Literal["refuse", "ignore"] = "refuse",
-        retention: float | None = 0.8,
+        retention: float | None = 0.95,
         retention_ttl: float | None = 600.0,
         prefill_rate: float | None = None,
         home: Path | None = None,

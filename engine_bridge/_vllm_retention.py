@@ -31,12 +31,14 @@ entry's deadline.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from vllm.v1.core.kv_cache_utils import get_block_hash
+from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine.core import EngineCore
 from vllm.v1.request import Request, RequestStatus
@@ -133,7 +135,52 @@ class RetainingScheduler(Scheduler):
                     now=time.monotonic(),
                     idle=not self.running,
                 )
-        return super().schedule(*args, **kwargs)
+        held = self._newcomers_held_back()
+        if held:  # out of the queue for this step only: a priority queue re-sorts them in
+            self.waiting.remove_requests(held)
+        try:
+            return super().schedule(*args, **kwargs)
+        finally:
+            for request in held:
+                self.waiting.add_request(request)
+
+    def _newcomers_held_back(self) -> list[Request]:
+        """The waiting requests the headroom rule holds back this step
+        (``RetentionTable.holds_back``): new programs' first turns that would leave fewer
+        free blocks than the retained sessions' next turns need. Only under priority
+        scheduling (a program's place is its priority; a FCFS queue could not be put back
+        in order) and while something runs."""
+        table = self.retention
+        if not len(table) or not self.running or self.policy != SchedulingPolicy.PRIORITY:
+            return []
+        blocks = self.kv_cache_manager.block_pool.blocks
+        retained: dict[Any, int] = {}
+        for key in table.names():
+            for block_id in table.blocks_of(key):
+                block_hash = blocks[block_id].block_hash
+                if block_hash is not None:
+                    retained[get_block_hash(block_hash)] = block_id
+        free = self.kv_cache_manager.block_pool.get_num_free_blocks()
+        slots = self.max_num_running_reqs - len(self.running)
+        now, wall = time.monotonic(), time.time()
+        held: list[Request] = []
+        for request in itertools.islice(self.waiting, max(0, slots)):
+            hits: list[int] = []
+            for h in request.block_hashes:
+                if h not in retained:
+                    break
+                hits.append(retained[h])
+            free_after = free - (self._blocks_at_most(request) - len(hits))
+            if table.holds_back(
+                free_after,
+                extends=table.extended_by(hits),
+                waited=wall - request.arrival_time,
+                now=now,
+            ):
+                held.append(request)
+            else:
+                free = free_after
+        return held
 
     def _waiting_head(self) -> Request | None:
         for queue in (self.kv_holding_waiting, self.waiting):
