@@ -101,6 +101,11 @@ def test_vote_early_stop_aborts_running_voters(real_engine: RealEngine) -> None:
     assert real_engine.bridge.stats().requests_aborted >= aborted_before + 2
     assert [e.agent for e in events if e.type == "pruned"]
     assert real_engine.bridge.live_requests() == frozenset()
+    # vLLM's own scheduler (its stats, from the engine process) runs none of them any more,
+    # well before the 400 tokens the pruned ones would have taken
+    assert real_engine.call(real_engine.bridge.wait_idle, 2.0)
+    stats = real_engine.bridge.stats()
+    assert stats.scheduler_running == 0 and stats.scheduler_waiting == 0
 
 
 def test_vote_waves_never_start_unneeded_voters(real_engine: RealEngine) -> None:
