@@ -643,8 +643,9 @@ def tables(data: dict[str, Any]) -> str:
     lines += ["", "| target | measured | met |", "|---|---|---|"]
     for t in data.get("targets", []):
         lines.append(f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else '**no**'} |")
-    if data.get("machine"):
-        lines += ["", f"Machine: {machine_sentence(data['machine'])}."]
+    for part, name in (("real", "the real engine's runs"), ("projection", "the projection")):
+        if data.get(part, {}).get("machine"):
+            lines += ["", f"Machine for {name}: {machine_sentence(data[part]['machine'])}."]
     return "\n".join(lines) + "\n"
 
 
@@ -679,7 +680,11 @@ def main() -> None:
         data["calibration"] = calibration_rows(data["real"]["cells"], sim)
     if not args.skip_projection:
         data["projection"] = projection(args.quick)
-    data["machine"] = machine(round(load, 2), args.force, started)
+    record = machine(round(load, 2), args.force, started)
+    if args.probe_only or not args.skip_real:
+        data["real"]["machine"] = record
+    if not args.skip_projection:
+        data["projection"]["machine"] = record
     data["targets"] = targets(data)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=1, default=str))

@@ -112,8 +112,9 @@ def test_top_logprobs_gives_that_many_alternatives_per_token(real_engine: RealEn
         assert len(entry.top) == 4 and entry.logprob <= 0.0
         values = [lp for _, lp in entry.top]
         assert values == sorted(values, reverse=True)
-    # greedy: every sampled token is the most likely one
-    assert all(entry.top[0][0] == entry.token_id for entry in r.logprobs)
+    # greedy: every sampled token is as likely as the most likely one (ties and float32
+    # noise between batch shapes may order equals either way)
+    assert all(entry.logprob >= entry.top[0][1] - 1e-3 for entry in r.logprobs)
 
 
 def test_a_seed_is_refused_on_the_cpu_backend_and_the_engine_lives(real_engine: RealEngine) -> None:
