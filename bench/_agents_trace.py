@@ -98,7 +98,10 @@ def ids(seed: str, n: int) -> list[int]:
     return [rng.randrange(lo, hi) for _ in range(n)]
 
 
-def _turn(ttft: float | None, latency: float, prompt: int, cached: int, out: int) -> dict[str, Any]:
+def turn_record(
+    ttft: float | None, latency: float, prompt: int, cached: int, out: int
+) -> dict[str, Any]:
+    """One turn's record in a cell's JSON (``bench/agents.py`` and ``bench/agents_sim.py``)."""
     return {
         "ttft_s": None if ttft is None else round(ttft, 4),
         "latency_s": round(latency, 4),
@@ -151,7 +154,7 @@ async def replay(
             if result.finish_reason not in ("stop", "length"):
                 raise RuntimeError(f"turn {k} ended with {result.finish_reason}")
             turns.append(
-                _turn(
+                turn_record(
                     first[0] - start if first else None,
                     end - start,
                     result.prompt_tokens,

@@ -87,6 +87,7 @@ sys.path.insert(0, str(HERE))
 
 import _agents_programs as P  # noqa: E402
 import _agents_report as R  # noqa: E402
+from _agents_trace import turn_record  # noqa: E402
 from _sections import machine  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -126,16 +127,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _turn(ttft: float | None, latency: float, prompt: int, cached: int, out: int) -> dict[str, Any]:
-    return {
-        "ttft_s": None if ttft is None else round(ttft, 4),
-        "latency_s": round(latency, 4),
-        "prompt": prompt,
-        "cached": cached,
-        "completion": out,
-    }
 
 
 class InProcess:
@@ -206,7 +197,7 @@ class InProcess:
                 end = time.monotonic()
                 ttft = first[0] - start if first else None
                 turns.append(
-                    _turn(
+                    turn_record(
                         ttft,
                         end - start,
                         result.prompt_tokens,
@@ -290,7 +281,7 @@ class ChatLoop:
             details = usage.prompt_tokens_details
             cached = (details.cached_tokens or 0) if details is not None else 0
             turns.append(
-                _turn(
+                turn_record(
                     None if first is None else first - start,
                     end - start,
                     usage.prompt_tokens,
