@@ -41,7 +41,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -240,11 +240,8 @@ def cal_programs(policy: str, blocks: int) -> tuple[list[T.TraceProgram], int]:
     shape = P.SHAPES["bfcl"]
     drawn = P.programs(shape, CAL_SCALE, CAL_RATE, CAL_PROGRAMS, 0, SEED)
     prefix = T.shared_prefix(shape)
-    out = []
-    for p in drawn:
-        tp = T.from_program(p, prefix)
-        out.append(tp.__class__(**{**asdict(tp), "pid": f"{policy}-{blocks}-{tp.pid}"}))
-    return out, prefix
+    traces = [T.from_program(p, prefix) for p in drawn]
+    return [replace(tp, pid=f"{policy}-{blocks}-{tp.pid}") for tp in traces], prefix
 
 
 async def real_cells(prefill_rate_hint: float | None) -> dict[str, Any]:
@@ -350,10 +347,13 @@ def sim_calibration(real: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for twin in real["cells"]:
         programs, prefix_len = cal_programs(twin["system"], twin["blocks"])
-        outputs = {r["pid"]: [t["completion"] for t in r["turns"]] for r in twin["programs"]}
-        for p in programs:  # a program the real run did not finish replays what it planned
-            outputs.setdefault(p.pid, [p.max_tokens] * p.turns)
-            outputs[p.pid] = [*outputs[p.pid], *[p.max_tokens] * p.turns][: p.turns]
+        recorded = {r["pid"]: [t["completion"] for t in r["turns"]] for r in twin["programs"]}
+        # each turn as the real run generated it; turns it never ran (a program it did not
+        # finish), as planned
+        outputs = {
+            p.pid: [*recorded.get(p.pid, []), *[p.max_tokens] * p.turns][: p.turns]
+            for p in programs
+        }
         prefix = T.ids(f"prefix/{twin['system']}/{twin['blocks']}", prefix_len)
         cell = simulate(
             cost,
@@ -687,7 +687,8 @@ def main() -> None:
         data["projection"]["machine"] = record
     data["targets"] = targets(data)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=1, default=str))
+    # compact, as bench/quality.py writes its per-item rows: the projection holds every turn
+    args.out.write_text(json.dumps(data, separators=(",", ":"), default=str))
     text = tables(data)
     print(text)
     if args.update:

@@ -250,15 +250,16 @@ class RetentionTable(Generic[B]):
         return math.ceil(self._growth * live)
 
     def holds_back(
-        self, free_after: int, *, extends: bool, waited: float, now: float, idle: bool = False
+        self, free_after: int, *, reserve: int, extends: bool, waited: float, idle: bool = False
     ) -> bool:
         """Whether a request that could be admitted waits instead: a new program's first
         turn (``extends`` nothing live) while admitting it would leave fewer than
-        ``reserve`` blocks free for the sessions about to come back. Never on an idle
-        engine, never past the patience (aging), never a returning session."""
+        ``reserve`` (``reserve(now)``, computed once per scheduling pass) blocks free for
+        the sessions about to come back. Never on an idle engine, never past the patience
+        (aging), never a returning session."""
         if extends or idle or waited >= self.patience or not self._entries:
             return False
-        return free_after < self.reserve(now)
+        return free_after < reserve
 
     def stats(self) -> RetentionStats:
         return RetentionStats(

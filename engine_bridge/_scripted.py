@@ -386,7 +386,7 @@ class ScriptedEngine(EngineBridge):
             if (
                 running < self.max_num_seqs
                 and fits
-                and not self._held_back(st, hashes[:hits], need, queued, running)
+                and not self._held_back(hashes[:hits], need, queued, running)
             ):
                 break
             if not fits and self._make_room(
@@ -607,29 +607,30 @@ class ScriptedEngine(EngineBridge):
         )
         return ended > 0
 
-    def _held_back(
-        self, st: _Request, hits: Sequence[int], need: int, queued: float, running: int
-    ) -> bool:
+    def _held_back(self, hits: Sequence[int], need: int, queued: float, running: int) -> bool:
         """Whether the admission rule holds a new program's first turn back for the headroom
         of sessions about to come back (``RetentionTable.holds_back``)."""
         table = self._retention
         if not len(table):
             return False
-        in_lru = sum(self._refs.get(h) == 0 for h in hits)
-        free_after = self._empty + len(self._lru) - in_lru - need
         now = anyio.current_time()
         return table.holds_back(
-            free_after,
+            self._free_beside(hits) - need,
+            reserve=table.reserve(now),
             extends=table.extended_by(hits),
             waited=now - queued,
-            now=now,
             idle=running == 0,
         )
 
     def _fits(self, hits: Sequence[int], need: int) -> bool:
-        """Whether ``need`` new blocks fit beside ``hits`` (hits idle in the LRU are not free)."""
+        """Whether ``need`` new blocks fit beside ``hits``."""
+        return self._free_beside(hits) >= need
+
+    def _free_beside(self, hits: Sequence[int]) -> int:
+        """Blocks a request could take beside its cached ``hits`` (hits idle in the LRU are
+        not free: taking them would evict the request's own prefix)."""
         in_lru = sum(self._refs.get(h) == 0 for h in hits)
-        return self._empty + len(self._lru) - in_lru >= need
+        return self._empty + len(self._lru) - in_lru
 
     def _give_back(self, blocks: Sequence[int]) -> None:
         """A retention ended: its references go (blocks at zero become LRU cache)."""

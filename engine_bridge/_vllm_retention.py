@@ -153,18 +153,18 @@ class RetainingScheduler(Scheduler):
         table = self.retention
         if not len(table) or not self.running or self.policy != SchedulingPolicy.PRIORITY:
             return []
-        blocks = self.kv_cache_manager.block_pool.blocks
-        retained: dict[Any, int] = {}
-        for key in table.names():
-            for block_id in table.blocks_of(key):
-                block_hash = blocks[block_id].block_hash
-                if block_hash is not None:
-                    retained[get_block_hash(block_hash)] = block_id
-        free = self.kv_cache_manager.block_pool.get_num_free_blocks()
         slots = self.max_num_running_reqs - len(self.running)
-        now, wall = time.monotonic(), time.time()
+        candidates = list(itertools.islice(self.waiting, max(0, slots)))
+        free = self.kv_cache_manager.block_pool.get_num_free_blocks()
+        reserve = table.reserve(time.monotonic())
+        # the cheap bound first (no hit counted): when even that leaves the reserve free,
+        # nothing waits, and the retained blocks' hashes need not be read this step
+        if free - sum(self._blocks_at_most(r) for r in candidates) >= reserve:
+            return []
+        retained = self._retained_hashes()
+        wall = time.time()
         held: list[Request] = []
-        for request in itertools.islice(self.waiting, max(0, slots)):
+        for request in candidates:
             hits: list[int] = []
             for h in request.block_hashes:
                 if h not in retained:
@@ -173,14 +173,25 @@ class RetainingScheduler(Scheduler):
             free_after = free - (self._blocks_at_most(request) - len(hits))
             if table.holds_back(
                 free_after,
+                reserve=reserve,
                 extends=table.extended_by(hits),
                 waited=wall - request.arrival_time,
-                now=now,
             ):
                 held.append(request)
             else:
                 free = free_after
         return held
+
+    def _retained_hashes(self) -> dict[Any, int]:
+        """The prefix-cache hash of every retained block, and the block's id."""
+        blocks = self.kv_cache_manager.block_pool.blocks
+        retained: dict[Any, int] = {}
+        for key in self.retention.names():
+            for block_id in self.retention.blocks_of(key):
+                block_hash = blocks[block_id].block_hash
+                if block_hash is not None:
+                    retained[get_block_hash(block_hash)] = block_id
+        return retained
 
     def _waiting_head(self) -> Request | None:
         for queue in (self.kv_holding_waiting, self.waiting):
@@ -194,13 +205,7 @@ class RetainingScheduler(Scheduler):
 
     def _blocks_needed(self, request: Request) -> int:
         """New blocks ``request`` needs beyond the retained prefix it will hit."""
-        blocks = self.kv_cache_manager.block_pool.blocks
-        retained = set()
-        for key in self.retention.names():
-            for block_id in self.retention.blocks_of(key):
-                block_hash = blocks[block_id].block_hash
-                if block_hash is not None:
-                    retained.add(get_block_hash(block_hash))
+        retained = self._retained_hashes()
         hits = 0
         for h in request.block_hashes:
             if h not in retained:

@@ -867,9 +867,8 @@ async def _collaboration_turn_done(
             kept, Sampling(max_tokens=1), retain=session.retain, priority=session.priority
         )
     except Exception:
-        await state.sessions.finished(
-            tenant, bridge, session, bridge.handle([]), tool_calls=False, ok=False
-        )
+        with contextlib.suppress(Exception):  # a dead engine took the retention with it
+            await bridge.release(session.retain.key)
         return
     ok = result.finish_reason in ("stop", "length")
     await state.sessions.finished(tenant, bridge, session, kept, tool_calls=False, ok=ok)

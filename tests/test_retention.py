@@ -326,15 +326,16 @@ def test_headroom_holds_a_new_program_back_for_the_sessions_about_to_come_back()
     assert table.reserve(0.0) == 6
     assert table.extended_by(range(0, 7)) and table.extended_by(range(50, 58))
     assert not table.extended_by(range(0, 4))  # a shared prefix only: a new program
-    assert table.holds_back(5, extends=False, waited=0.0, now=0.0)
-    assert not table.holds_back(6, extends=False, waited=0.0, now=0.0)
-    assert not table.holds_back(0, extends=True, waited=0.0, now=0.0)
-    assert not table.holds_back(0, extends=False, waited=0.0, now=0.0, idle=True)
-    assert not table.holds_back(0, extends=False, waited=table.patience, now=0.0)
+    reserve = table.reserve(0.0)
+    assert table.holds_back(5, reserve=reserve, extends=False, waited=0.0)
+    assert not table.holds_back(6, reserve=reserve, extends=False, waited=0.0)
+    assert not table.holds_back(0, reserve=reserve, extends=True, waited=0.0)
+    assert not table.holds_back(0, reserve=reserve, extends=False, waited=0.0, idle=True)
+    assert not table.holds_back(0, reserve=reserve, extends=False, waited=table.patience)
     # sessions not worth keeping (their owners far overdue) reserve nothing
     assert table.reserve(1000.0) == 0
     table.release(["a", "b"])
-    assert table.reserve(0.0) == 0 and not table.holds_back(0, extends=False, waited=0, now=0)
+    assert table.reserve(0.0) == 0 and not table.holds_back(0, reserve=6, extends=False, waited=0)
     assert not table.extended_by(range(0, 7))
 
 
