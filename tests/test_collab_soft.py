@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 import trio
@@ -293,15 +295,9 @@ async def test_calibrated_soft_labels_vote_undoes_a_position_bias() -> None:
     assert fixed.details["ballots"][0]["shown"] == ["yes", "no"]
 
 
-async def test_soft_refuses_choices_whose_first_tokens_coincide() -> None:
+async def test_soft_letters_choices_whose_first_tokens_coincide_and_says_so() -> None:
     choices = ["new york", "new delhi"]
     async with ScriptedEngine() as engine:
-        with pytest.raises(InvalidCollaboration) as info:
-            await collaborate(
-                engine, "vote", CONTEXT, voters(2), answer=choices, style="direct", soft=True
-            )
-        assert info.value.field == "collaboration.soft" and "debias: labels" in info.value.reason
-        # lettered, the same choices can be scored
         outcome = await collaborate(
             engine,
             "vote",
@@ -310,9 +306,31 @@ async def test_soft_refuses_choices_whose_first_tokens_coincide() -> None:
             answer=choices,
             style="direct",
             soft=True,
-            debias="labels",
+            early_stop=False,
         )
+        assert engine.live_requests() == frozenset()
     assert outcome.answer in choices
+    fallback = outcome.details["soft_fallback"]
+    assert fallback["to"] == "labels" and "'new york'" in fallback["why"]
+    assert outcome.details["debias"] == "labels"
+    # each voter scored letters, in its own order, and its ballot sums to 1
+    assert [b["shown"] for b in outcome.details["ballots"]] == [choices, choices[::-1]]
+    for ballot in outcome.details["ballots"]:
+        assert sum(ballot["p"]) == pytest.approx(1.0, abs=1e-3)
+
+
+async def test_soft_over_more_choices_than_letters_falls_back_to_a_hard_vote() -> None:
+    choices = [f"new {w}" for w in ("york", "delhi")] + [f"x{i:02d}" for i in range(26)]
+    async with ScriptedEngine() as engine:
+        outcome = await collaborate(
+            engine, "vote", CONTEXT, voters(3), answer=choices, style="direct", soft=True,
+            answer_tokens=1,
+        )  # fmt: skip
+        assert engine.live_requests() == frozenset()
+    assert outcome.details["soft_fallback"]["to"] == "hard"
+    assert "soft" not in outcome.details
+    # the answer budget grew to fit the longest choice: every vote names a whole choice
+    assert outcome.answer in choices and sum(outcome.votes.values()) == 3
 
 
 async def test_soft_vote_in_reason_style_reads_the_answer_step() -> None:
@@ -428,3 +446,42 @@ async def test_a_one_token_soft_vote_answers_with_whole_choices() -> None:
     assert outcome.answer == "los angeles" and outcome.votes == {"los angeles": 2}
     assert all(a.completion_tokens == 1 for a in outcome.agents)
     assert outcome.details["soft"]["fallbacks"] == 0
+
+
+# --- the published configurations never refuse a valid question ------------------------------
+
+PUBLISHED = Path(__file__).resolve().parent.parent / "bench" / "results"
+WORDS = ("new", "york", "delhi", "12", "14", "1", "big", "red", "the", "a", "of")
+
+
+@st.composite
+def choice_sets(draw: st.DrawFn) -> list[str]:
+    """Choice sets that share first tokens often: numbers with common prefixes, multi-word
+    choices over a small vocabulary, long options, up to 30 choices (more than letters)."""
+    number = st.integers(0, 200).map(lambda n: f"1{n}")
+    phrase = st.lists(st.sampled_from(WORDS), min_size=1, max_size=12).map(" ".join)
+    size = draw(st.sampled_from([2, 3, 5, 27, 30]))
+    return draw(st.lists(st.one_of(number, phrase), min_size=size, max_size=size, unique=True))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(choice_sets(), st.sampled_from(["quality_best.json", "auto"]))
+def test_published_configurations_answer_every_choice_set(choices: list[str], name: str) -> None:
+    if name == "auto":
+        agents: list[AgentSpec] = [AgentSpec("v", count=3)]
+        mode, options = "auto", {}
+    else:
+        published = json.loads((PUBLISHED / name).read_text())
+        agents = [AgentSpec(**a) for a in published["agents"]]
+        options = dict(published["collaboration"])
+        mode = options.pop("mode")
+
+    async def main() -> None:
+        async with ScriptedEngine() as engine:
+            outcome = await collaborate(
+                engine, mode, CONTEXT, agents, answer=choices, max_tokens=8, **options
+            )
+            assert engine.live_requests() == frozenset()
+        assert outcome.answer in choices
+
+    run_virtual(main)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from _engine import RealEngine
-from microagent.collab import AgentSpec, InvalidCollaboration, Outcome, collaborate
+from microagent.collab import AgentSpec, Outcome, collaborate
 
 pytestmark = pytest.mark.engine
 
@@ -42,18 +42,24 @@ def test_soft_labels_vote_reads_real_logprobs(real_engine: RealEngine) -> None:
         assert 0 < ballot["p"][0] < 1 and abs(sum(ballot["p"]) - 1) < 1e-3
 
 
-def test_soft_refuses_real_choices_that_share_a_first_token(real_engine: RealEngine) -> None:
-    with pytest.raises(InvalidCollaboration) as info:
-        run(
-            real_engine,
-            "vote",
-            [AgentSpec("voter", count=2)],
-            answer=["12", "14"],  # digits are tokens of their own: both start with "1"
-            style="direct",
-            max_tokens=8,
-            soft=True,
-        )
-    assert info.value.field == "collaboration.soft"
+def test_soft_letters_real_choices_that_share_a_first_token(real_engine: RealEngine) -> None:
+    outcome = run(
+        real_engine,
+        "vote",
+        [AgentSpec("voter", count=2)],
+        answer=["12", "14"],  # digits are tokens of their own: both start with "1"
+        style="direct",
+        max_tokens=8,
+        soft=True,
+        answer_tokens=1,
+        early_stop=False,
+    )
+    assert outcome.answer in ("12", "14")
+    assert outcome.details["soft_fallback"]["to"] == "labels"
+    # each voter's letters were scored from the real logprobs, in its own order
+    assert [b["shown"] for b in outcome.details["ballots"]] == [["12", "14"], ["14", "12"]]
+    for ballot in outcome.details["ballots"]:
+        assert abs(sum(ballot["p"]) - 1) < 1e-3
 
 
 def test_best_of_self_judged_scores_with_real_logprobs(real_engine: RealEngine) -> None:

@@ -24,6 +24,7 @@ renormalisation and the ``position`` calibration).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -34,7 +35,7 @@ from ...engine_bridge import KVHandle, TokenLogprob
 from .._agent import Role, Turn
 from .._config import ModeConfig, boolean, int_in, one_of
 from .._context import CollaborationContext, find_role
-from .._debias import DEBIAS_MODES, ChoiceView
+from .._debias import DEBIAS_MODES, LABELS, ChoiceView
 from .._errors import InvalidCollaboration
 from .._mode import CollaborationOp, ModeResult
 from .._soft import (
@@ -180,7 +181,11 @@ class Vote(CollaborationOp[VoteConfig]):
         tally = Tally(total_voters=len(voters), choices=ctx.choices)
         rule = config.stop_rule
         views = _views(config, len(voters))
-        soft = _Soft.start(ctx, voters, views) if config.soft else None
+        soft: _Soft | None = None
+        answer_tokens = config.answer_tokens
+        fallback: dict[str, str] | None = None
+        if config.soft:
+            soft, views, answer_tokens, fallback = _start_soft(ctx, voters, views)
         decided = False
         stopped_by: str | None = None
 
@@ -189,7 +194,9 @@ class Vote(CollaborationOp[VoteConfig]):
             voter, view = voters[i], views[i]
             if soft is not None and soft.measures(i):  # content calibration: before its vote
                 soft.priors[soft.keys[i]] = await self._content_prior(ctx, voter, view, soft, i)
-            got = await self._vote(ctx, voter, style, view, logprobs=soft is not None)
+            got = await self._vote(
+                ctx, voter, style, view, logprobs=soft is not None, answer_tokens=answer_tokens
+            )
             if got is None:
                 return
             answer_text, first = got
@@ -237,8 +244,11 @@ class Vote(CollaborationOp[VoteConfig]):
                 break
         winner = tally.leader()
         details: dict[str, object] = {"style": style, "samples": tally.cast}
-        if config.debias != "off":
-            details["debias"] = config.debias
+        debias = config.debias if fallback is None or fallback["to"] != "labels" else "labels"
+        if debias != "off":
+            details["debias"] = debias
+        if fallback is not None:
+            details["soft_fallback"] = fallback
         if config.adaptive != "off":
             details["adaptive"] = config.adaptive
         if stopped_by is not None:
@@ -308,12 +318,17 @@ class Vote(CollaborationOp[VoteConfig]):
         view: ChoiceView | None = None,
         *,
         logprobs: bool = False,
+        answer_tokens: int | None = None,
     ) -> tuple[str, TokenLogprob | None] | None:
-        """One voter's answer text, and its first answer token's logprobs when asked."""
+        """One voter's answer text, and its first answer token's logprobs when asked.
+
+        ``answer_tokens``: the constrained answer step's budget (the config's by default).
+        """
         config = ctx.config
         spec = voter.spec
         prompt = ctx.prompt(spec, instructions=_instructions(ctx, spec, style, view))
-        answer_sampling = ctx.sampling(spec, max_tokens=config.answer_tokens, constrained=True)
+        budget = config.answer_tokens if answer_tokens is None else answer_tokens
+        answer_sampling = ctx.sampling(spec, max_tokens=budget, constrained=True)
         if view is not None:
             answer_sampling = attrs.evolve(answer_sampling, choices=view.allowed)
         if logprobs:
@@ -434,7 +449,8 @@ class _Soft:
         """The state for these voters; the first-token rule is checked on each voter's model.
 
         Raises:
-            InvalidCollaboration: two allowed answers share their first token (``soft``).
+            SharedFirstToken: two allowed answers share their first token (``_start_soft``
+                falls back).
         """
         choices = ctx.choices
         assert choices is not None  # VoteConfig checks it
@@ -447,13 +463,7 @@ class _Soft:
             keys.append((voter.bridge.model, shown))
             key = (voter.bridge.model, allowed)
             if key not in cache:
-                try:
-                    cache[key] = first_tokens(allowed, voter.bridge.tokenize)
-                except SharedFirstToken as exc:
-                    raise InvalidCollaboration(
-                        "collaboration.soft",
-                        f"{exc}; use debias: labels (answers are one letter each)",
-                    ) from None
+                cache[key] = first_tokens(allowed, voter.bridge.tokenize)
             tokens.append(cache[key])
         n = len(voters)
         return cls(
@@ -532,6 +542,37 @@ class _Soft:
             if b is not None
         ]
         return final.leader()
+
+
+def _start_soft(
+    ctx: CollaborationContext[VoteConfig], voters: list[Role], views: list[ChoiceView | None]
+) -> tuple[_Soft | None, list[ChoiceView | None], int, dict[str, str] | None]:
+    """A soft vote's state, its voters' views and answer budget, and the fallback taken.
+
+    A valid question is never refused: when two allowed answers share their first
+    token (``"12"`` and ``"14"`` on a digit-wise tokenizer) the first-token rule
+    cannot score them, so the vote letters the options (``debias: labels``: each
+    voter in its own order, answering with one letter, which the rule scores
+    exactly). More choices than letters: a hard vote over the texts, with an
+    answer budget that fits the longest choice. The fallback is returned for
+    ``details["soft_fallback"]``: ``{"to": "labels" | "hard", "why": ...}``.
+    """
+    budget = ctx.config.answer_tokens
+    try:
+        return _Soft.start(ctx, voters, views), views, budget, None
+    except SharedFirstToken as exc:
+        why = str(exc)
+    choices = ctx.choices
+    assert choices is not None  # VoteConfig checks it for soft votes
+    if len(choices) <= len(LABELS):
+        lettered: list[ChoiceView | None] = [
+            ChoiceView.for_voter(choices, i, labels=True) for i in range(len(voters))
+        ]
+        with contextlib.suppress(SharedFirstToken):  # letters share a token: a hard vote
+            soft = _Soft.start(ctx, voters, lettered)
+            return soft, lettered, budget, {"to": "labels", "why": why}
+    longest = max(len(v.bridge.tokenize(c)) for v in voters for c in choices)
+    return None, views, max(budget, longest), {"to": "hard", "why": why}
 
 
 SUMMARY_PROMPT = "Write the final answer for the user, using the reviewers' reasoning. Be concise."
