@@ -406,7 +406,18 @@ def plot(data: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def update_benchmarks(path: Path, tables_md: str, png: str) -> None:
-    """Replace the generated agents section of BENCHMARKS.md (appended when missing)."""
+def update_benchmarks(path: Path, tables_md: str, png: str, stem: str = "agents") -> None:
+    """Replace the generated section of BENCHMARKS.md for ``stem`` (appended when missing).
+
+    The full run (``agents``) and ``--quick`` (``agents_quick``) keep sections of their own.
+    """
     body = f"{tables_md}\n![latency vs throughput]({png})\n"
-    replace_section(path, BEGIN, END, "Results: agent programs (`bench/agents.py`)", body)
+    if stem == "agents":
+        begin, end, title = BEGIN, END, "Results: agent programs (`bench/agents.py`)"
+    else:
+        begin = BEGIN.replace("agents:begin", f"{stem}:begin").replace(
+            "--update", f"--update ({stem})"
+        )
+        end = END.replace("agents:end", f"{stem}:end")
+        title = f"Results: agent programs, `bench/agents.py` ({stem})"
+    replace_section(path, begin, end, title, body)

@@ -116,7 +116,7 @@ HEADLINE_PRESSURE = 1.6
 RATES = {"bfcl": (1.5, 3.0, 4.5, 6.0), "swe": (1.0, 2.0, 3.0, 4.0)}
 QUICK_RATES = {"bfcl": (8.0, 16.0), "swe": (6.0, 12.0)}
 #: Programs per cell: about ``WINDOW_MIN`` minutes of arrivals, at least ``MIN_PROGRAMS``.
-WINDOW_MIN, MIN_PROGRAMS, QUICK_PROGRAMS = 3.0, 5, 4
+WINDOW_MIN, MIN_PROGRAMS, QUICK_PROGRAMS = 2.0, 4, 4
 QUICK_SCALE = P.Scale(context=0.3, turns=0.5, time=0.25, max_tokens=16)
 
 
@@ -905,7 +905,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = run(args)
     if args.update and not args.plan:
         png = f"bench/results/{args.stem}.png"
-        R.update_benchmarks(HERE.parent / "BENCHMARKS.md", R.tables(data), png)
+        R.update_benchmarks(HERE.parent / "BENCHMARKS.md", R.tables(data), png, args.stem)
     return 0
 
 

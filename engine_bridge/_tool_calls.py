@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -37,6 +37,8 @@ TOOL_NAME_PATTERN = f"^{TOOL_NAME.pattern}$"
 
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"
+#: the longest string argument a call may write when its schema sets no bound (``bounded_strings``)
+ARGUMENT_STRING_LENGTH = 64
 #: the most calls one reply may make when ``parallel_tool_calls`` (a bound for tiny models)
 MAX_PARALLEL_CALLS = 8
 
@@ -64,12 +66,21 @@ class FunctionTool:
 
 @attrs.frozen
 class ToolPlan:
-    """How one request uses its tools: which are offered, how calls are constrained."""
+    """How one request uses its tools: which are offered, how calls are constrained.
+
+    ``parallel``: ``parallel_tool_calls`` as the client sent it (``None``: not sent).
+    A whole reply is a JSON array of calls only when it is ``True``; otherwise one
+    call (OpenAI's default permits several calls, it never requires them, and a
+    small model asked for an array repeats its call until ``max_tokens`` cuts it:
+    on the default model, 3 of 10 LangGraph-style requests made no call as an
+    array, 0 of 10 as one call). An ``auto`` reply may write several
+    ``<tool_call>`` sections unless it is ``False``.
+    """
 
     tools: tuple[FunctionTool, ...]
     choice: ToolChoice
     named: str | None = None
-    parallel: bool = True
+    parallel: bool | None = None
 
     @property
     def active(self) -> bool:
@@ -104,7 +115,7 @@ class ToolPlan:
                 "type": "object",
                 "properties": {
                     "name": {"enum": [t.name]},
-                    "arguments": dict(t.parameters) or {"type": "object"},
+                    "arguments": bounded_strings(t.parameters) or {"type": "object"},
                 },
                 "required": ["name", "arguments"],
                 "additionalProperties": False,
@@ -119,7 +130,7 @@ class ToolPlan:
             return sampling
         if self.whole_reply:
             schema = self.call_schema()
-            if self.parallel:
+            if self.parallel is True:
                 schema = {
                     "type": "array",
                     "items": schema,
@@ -127,25 +138,33 @@ class ToolPlan:
                     "maxItems": MAX_PARALLEL_CALLS,
                 }
             return attrs.evolve(sampling, json_schema=json.dumps(schema))
-        stop = sampling.stop if self.parallel else (*sampling.stop, CALL_CLOSE)
+        stop = sampling.stop if self.parallel is not False else (*sampling.stop, CALL_CLOSE)
         tagged = TaggedJson(CALL_OPEN, json.dumps(self.call_schema()), CALL_CLOSE)
         return attrs.evolve(sampling, tagged=tagged, stop=stop)
 
-    def parse(self, text: str) -> tuple[str | None, list[dict[str, Any]]]:
-        """The reply's content (``None`` when it is only calls) and its ``tool_calls``."""
+    def parse(self, text: str, *, complete: bool = True) -> tuple[str | None, list[dict[str, Any]]]:
+        """The reply's content (``None`` when it is only calls) and its ``tool_calls``.
+
+        ``complete=False``: the reply was cut short (``max_tokens``). Its whole calls
+        still count, a partial one never becomes content: a whole-reply plan's cut
+        array gives the calls it completed and no content (OpenAI's ``length``
+        answer carries no half-written call), an ``auto`` reply keeps the text
+        before its first ``<tool_call>``. Identical calls in one reply are made
+        once (a small model repeats its call until the budget ends).
+        """
         if not self.active:
             return text, []
         if self.whole_reply:
             try:
                 value = json.loads(text)
-            except ValueError:  # cut short (max_tokens): no call to make
-                return text, []
+            except ValueError:  # cut short: the calls it completed, never raw JSON
+                return (None if not complete else text), _unique(_whole_items(text))
             items = value if isinstance(value, list) else [value]
-            return None, [_call(c) for c in items if isinstance(c, dict)]
+            return None, _unique(c for c in items if isinstance(c, dict))
         head, sep, rest = text.partition(CALL_OPEN)
         if not sep:
             return text, []
-        calls: list[dict[str, Any]] = []
+        calls: list[Mapping[str, Any]] = []
         for section in (CALL_OPEN + rest).split(CALL_OPEN)[1:]:
             body = section.split(CALL_CLOSE, 1)[0].strip()
             try:
@@ -153,9 +172,68 @@ class ToolPlan:
             except ValueError:  # a section cut short: not a call
                 continue
             if isinstance(value, dict):
-                calls.append(_call(value))
+                calls.append(value)
         content = head.strip() or None
-        return (content, calls) if calls else (text, [])
+        if calls:
+            return content, _unique(calls)
+        return (text, []) if complete else (content, [])
+
+
+def bounded_strings(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``schema`` whose free strings are at most ``ARGUMENT_STRING_LENGTH`` long.
+
+    A small model under a grammar can write a string argument that never ends (a
+    digit run, a repeated word) until ``max_tokens`` cuts the call. A string with
+    no ``maxLength``, ``pattern``, ``format``, ``enum`` or ``const`` of its own gets
+    the bound; a client that needs longer strings sets ``maxLength`` itself.
+    """
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(x) for x in node]
+        if not isinstance(node, Mapping):
+            return node
+        out = {k: walk(v) for k, v in node.items()}
+        types = out.get("type")
+        strings = types == "string" or (isinstance(types, list) and "string" in types)
+        if strings and not any(
+            k in out for k in ("maxLength", "pattern", "format", "enum", "const")
+        ):
+            out["maxLength"] = ARGUMENT_STRING_LENGTH
+        return out
+
+    return dict(walk(schema))
+
+
+def _whole_items(text: str) -> list[Mapping[str, Any]]:
+    """The objects a cut JSON array (or a lone object) completed before it was cut."""
+    decoder = json.JSONDecoder()
+    at = len(text) - len(text.lstrip())
+    if not text.startswith("[", at):
+        return []
+    at += 1
+    items: list[Mapping[str, Any]] = []
+    while True:
+        while at < len(text) and text[at] in " \t\r\n,":
+            at += 1
+        try:
+            value, at = decoder.raw_decode(text, at)
+        except ValueError:
+            return items
+        if isinstance(value, dict):
+            items.append(value)
+
+
+def _unique(items: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each distinct call once, in order, as ``tool_calls`` entries."""
+    seen: set[str] = set()
+    out: list[dict[str, Any]] = []
+    for item in items:
+        key = json.dumps([item.get("name"), item.get("arguments", {})], sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            out.append(_call(item))
+    return out
 
 
 def _call(value: Mapping[str, Any]) -> dict[str, Any]:
@@ -200,10 +278,14 @@ class ToolCallStream:
     def text(self) -> str:
         return self._text
 
-    def finish(self) -> tuple[str, list[dict[str, Any]]]:
-        """The content not sent yet and the reply's calls, once the generation ended."""
-        content, calls = self._plan.parse(self.text)
-        if calls:
+    def finish(self, *, complete: bool = True) -> tuple[str, list[dict[str, Any]]]:
+        """The content not sent yet and the reply's calls, once the generation ended.
+
+        ``complete=False``: it was cut short (``ToolPlan.parse``): a partial call is
+        never sent as content.
+        """
+        content, calls = self._plan.parse(self.text, complete=complete)
+        if calls or not complete:
             unsent = (content or "")[self._sent :] if not self._plan.whole_reply else ""
             return unsent.rstrip(), calls
         return self.text[self._sent :], []

@@ -905,8 +905,8 @@ def _choice(
     """One ``choices[]`` entry: the message (its tool calls parsed out) and its logprobs."""
     content: str | None = result.content
     calls: list[dict[str, Any]] = []
-    if plan is not None and result.finish_reason == "stop":
-        content, calls = plan.parse(result.content)
+    if plan is not None and result.finish_reason in ("stop", "length"):
+        content, calls = plan.parse(result.content, complete=result.finish_reason == "stop")
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
         message["tool_calls"] = calls
@@ -1007,7 +1007,11 @@ def _stream_completion(
         totals[2] += result.completion_tokens
         reason = _finish_reason(result.finish_reason)
         if calls is not None:
-            unsent, made = calls.finish() if result.finish_reason == "stop" else (calls.text, [])
+            unsent, made = (
+                calls.finish(complete=result.finish_reason == "stop")
+                if result.finish_reason in ("stop", "length")
+                else ("", [])
+            )
             if unsent:
                 buffer.put(chunk(index, {"content": unsent}))
             if made:

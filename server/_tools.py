@@ -48,7 +48,7 @@ def tool_plan(
     if len(set(names)) != len(names):
         raise bad_request("tools: function names must be unique", "tools")
     choice, named = _choice(tool_choice, names)
-    return ToolPlan(tuple(parsed), choice, named, parallel_tool_calls is not False)
+    return ToolPlan(tuple(parsed), choice, named, parallel_tool_calls)
 
 
 def _function_tool(raw: Mapping[str, Any], where: str) -> FunctionTool:

@@ -327,6 +327,77 @@ def test_tool_calls_are_valid_20_of_20(server: LiveServer, tool_choice: Any) -> 
         assert {c.message.tool_calls[0].function.name for c in choices} == {"get_weather"}
 
 
+STOCK_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup_stock",
+        "description": "Look up the stock level for an item.",
+        "parameters": {
+            "properties": {"item": {"type": "string"}},
+            "required": ["item"],
+            "type": "object",
+        },
+    },
+}
+STOCK_QUESTIONS = (
+    "What is the stock level of item 42?",
+    "How many units of SKU-1234 are left?",
+    "lookup stock for widgets",
+    "How many widgets do we have?",
+    "What's in stock?",
+    "Do we have 5 laptops?",
+    "Check the inventory for product 7781.",
+    "How many pens?",
+)
+
+
+def test_a_langgraph_style_required_call_terminates_on_the_default_model(
+    server: LiveServer,
+) -> None:
+    """LangChain's ``bind_tools(..., tool_choice="required")`` request, as it sends it: no
+    ``parallel_tool_calls``, 64 tokens, greedy. As an array of calls the default model
+    repeated its call or ran a string on until ``max_tokens`` (raw JSON came back as
+    content); one bounded call closes within the budget every time."""
+    client = sync_client(server)
+    for question in STOCK_QUESTIONS:
+        done = client.chat.completions.create(
+            model="default",
+            messages=[{"role": "user", "content": question}],
+            tools=[STOCK_TOOL],  # type: ignore[list-item]
+            tool_choice="required",
+            max_tokens=64,
+            temperature=0,
+        )
+        choice = done.choices[0]
+        assert choice.finish_reason == "tool_calls", (question, choice)
+        assert choice.message.content is None
+        (call,) = choice.message.tool_calls or []
+        item = json.loads(call.function.arguments)["item"]
+        assert isinstance(item, str) and 0 < len(item) <= 64
+
+
+def test_a_call_cut_by_max_tokens_is_length_with_no_raw_json(server: LiveServer) -> None:
+    client = sync_client(server)
+    for stream in (False, True):
+        kwargs: dict[str, Any] = {
+            "model": "default",
+            "messages": [{"role": "user", "content": STOCK_QUESTIONS[0]}],
+            "tools": [STOCK_TOOL],
+            "tool_choice": "required",
+            "max_tokens": 6,  # the call's opening alone is longer
+            "temperature": 0,
+        }
+        if not stream:
+            choice = client.chat.completions.create(**kwargs).choices[0]
+            assert choice.finish_reason == "length"
+            assert choice.message.content is None and not choice.message.tool_calls
+            continue
+        chunks = list(client.chat.completions.create(stream=True, **kwargs))
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        assert not any(d.content for d in deltas) and not any(d.tool_calls for d in deltas)
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+
 def test_a_conversation_continues_after_a_tool_result(server: LiveServer) -> None:
     client = sync_client(server)
     first = client.chat.completions.create(

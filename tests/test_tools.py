@@ -19,7 +19,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from microagent.engine_bridge import RequestRefused, Sampling, ToolCallStream, render_tool_calls
-from microagent.engine_bridge._tool_calls import CALL_CLOSE, CALL_OPEN, MAX_PARALLEL_CALLS
+from microagent.engine_bridge._tool_calls import (
+    ARGUMENT_STRING_LENGTH,
+    CALL_CLOSE,
+    CALL_OPEN,
+    MAX_PARALLEL_CALLS,
+)
 from microagent.server._errors import ApiError
 from microagent.server._tools import tool_plan
 from test_server_helpers import LiveServer, live_server, scripted
@@ -58,17 +63,61 @@ USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 # -- plans --------------------------------------------------------------------------------------
 
 
-def test_required_constrains_the_whole_reply_to_an_array_of_calls() -> None:
+def test_required_constrains_the_whole_reply_to_one_call_or_an_array_when_asked() -> None:
     plan = tool_plan([WEATHER, ADD], "required", None)
-    assert plan is not None and plan.active and plan.whole_reply and plan.parallel
-    sampling = plan.constrain(Sampling())
-    assert sampling.json_schema is not None
-    schema = json.loads(sampling.json_schema)
+    assert plan is not None and plan.active and plan.whole_reply and plan.parallel is None
+    one = json.loads(plan.constrain(Sampling()).json_schema or "")
+    jsonschema.validate({"name": "add", "arguments": {"a": 1, "b": 2}}, one)
+    with pytest.raises(jsonschema.ValidationError):  # not an array unless the client asks
+        jsonschema.validate([{"name": "add", "arguments": {"a": 1, "b": 2}}], one)
+    parallel = tool_plan([WEATHER, ADD], "required", True)
+    assert parallel is not None
+    schema = json.loads(parallel.constrain(Sampling()).json_schema or "")
     assert schema["type"] == "array" and schema["maxItems"] == MAX_PARALLEL_CALLS
     good = [{"name": "add", "arguments": {"a": 1, "b": 2}}]
     jsonschema.validate(good, schema)
     with pytest.raises(jsonschema.ValidationError):  # a call with another function's arguments
         jsonschema.validate([{"name": "add", "arguments": {"city": "x"}}], schema)
+
+
+def test_free_string_arguments_are_bounded_and_the_clients_bounds_kept() -> None:
+    params = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+            "note": {"type": ["string", "null"], "maxLength": 500},
+            "tags": {"type": "array", "items": {"type": "string"}},
+        },
+    }
+    tool = {"type": "function", "function": {"name": "f", "parameters": params}}
+    plan = tool_plan([tool], "required", None)
+    assert plan is not None
+    props = json.loads(plan.constrain(Sampling()).json_schema or "")["properties"]
+    args = props["arguments"]["properties"]
+    assert args["city"]["maxLength"] == ARGUMENT_STRING_LENGTH
+    assert args["tags"]["items"]["maxLength"] == ARGUMENT_STRING_LENGTH
+    assert "maxLength" not in args["code"] and args["note"]["maxLength"] == 500
+    assert "maxLength" not in params["properties"]["city"]  # the client's schema is not touched
+
+
+def test_a_cut_reply_keeps_its_whole_calls_and_never_shows_a_partial_one() -> None:
+    call = '{"name":"add","arguments":{"a":1,"b":2}}'
+    parallel = tool_plan([WEATHER, ADD], "required", True)
+    assert parallel is not None
+    content, calls = parallel.parse(f'[{call}, {call},{{"name":"add","argu', complete=False)
+    assert content is None and len(calls) == 1  # the repeated call is made once
+    assert json.loads(calls[0]["function"]["arguments"]) == {"a": 1, "b": 2}
+    one = tool_plan([WEATHER, ADD], "required", None)
+    assert one is not None
+    assert one.parse('{"name":"add","arguments":{"a":1111111', complete=False) == (None, [])
+    auto = tool_plan([WEATHER, ADD], "auto", None)
+    assert auto is not None
+    assert auto.parse('Let me see. <tool_call>{"name": "ad', complete=False) == (
+        "Let me see.",
+        [],
+    )
+    assert auto.parse("no call here", complete=False) == ("no call here", [])
 
 
 def test_named_function_offers_only_that_function() -> None:
