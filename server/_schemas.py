@@ -1,7 +1,8 @@
 """Request models of the HTTP API: OpenAI Chat Completions plus ``agents`` and ``collaboration``.
 
 Only requests are modelled with pydantic (they drive validation and the
-OpenAPI schema); responses are plain dicts built in ``_app``. Types are
+OpenAPI schema); responses are plain dicts built in ``_render`` and ``_stream``; ``_openapi`` adds
+the rules JSON Schema can express beyond the fields' types. Types are
 strict — a string where a number belongs is a 400, not a silent coercion.
 An agent is not modelled here: its schema is ``AgentSpec``'s (``agent_json_schema``)
 and ``AgentSpec.from_dict`` validates it, so the two can never disagree.
@@ -9,19 +10,13 @@ and ``AgentSpec.from_dict`` validates it, so the two can never disagree.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-import attrs
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from ..collab import agent_field_rules, agent_json_schema, get_mode, graph_json_schema
-from ..engine_bridge import MAX_TOP_LOGPROBS, TOOL_NAME_PATTERN
-
-#: The most ``metadata`` pairs a request may carry.
-MAX_METADATA_PAIRS = 16
-#: The most function tools a plain completion may offer.
-MAX_TOOLS = 128
+from ..collab import agent_json_schema, graph_json_schema
+from ..engine_bridge import TOOL_NAME_PATTERN
+from ._openapi import request_rules
 
 #: ``agents``: JSON objects checked by ``AgentSpec.from_dict``, documented by its schema.
 AgentList = Annotated[
@@ -292,190 +287,6 @@ class PromptCacheOptions(BaseModel):
     )
 
 
-#: Parameters a collaboration does not take (its agents' own fields say how they sample).
-PLAIN_ONLY = (
-    "logprobs",
-    "top_logprobs",
-    "response_format",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "frequency_penalty",
-    "presence_penalty",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-)
-
-#: A request with ``agents`` or ``collaboration`` (an explicit null is "not given").
-_COLLABORATION = {
-    "anyOf": [
-        {"required": ["agents"], "properties": {"agents": {"type": "array"}}},
-        {"required": ["collaboration"], "properties": {"collaboration": {"type": "object"}}},
-    ]
-}
-
-#: Some message carries text: a non-blank content, a tool result or an assistant's calls.
-_SOME_TEXT = {
-    "anyOf": [
-        {"properties": {"role": {"const": "tool"}}},
-        {
-            "required": ["tool_calls"],
-            "properties": {"tool_calls": {"type": "array", "minItems": 1}},
-        },
-        {
-            "required": ["content"],
-            "properties": {
-                "content": {
-                    "anyOf": [
-                        {"type": "string", "pattern": "\\S"},
-                        {
-                            "type": "array",
-                            "contains": {
-                                "required": ["text"],
-                                "properties": {"text": {"type": "string", "pattern": "\\S"}},
-                            },
-                        },
-                    ]
-                }
-            },
-        },
-    ]
-}
-
-
-def _bounds(param: str) -> dict[str, Any]:
-    """The JSON Schema bounds of a sampling field a request shares with an agent."""
-    rule = agent_field_rules()[param].json_schema()
-    return {k: v for k, v in rule.items() if k in ("minimum", "maximum", "exclusiveMinimum")}
-
-
-def _request_rules(schema: dict[str, Any]) -> None:
-    """Document every rule of a request that JSON Schema can express (``_params`` enforces them).
-
-    Undeclared parameters are refused (extra fields are kept to name them); bounds,
-    the parameters a collaboration does not take, and what needs what are ``if``/``then``.
-    """
-    schema["additionalProperties"] = False
-    props = schema["properties"]
-    for name in ("temperature", "top_p"):
-        props[name].update(_bounds(name))
-    props["n"]["minimum"] = 1
-    for name in ("frequency_penalty", "presence_penalty"):  # Sampling's bounds
-        props[name].update(minimum=-2, maximum=2)
-    props["min_p"].update(minimum=0, maximum=1)
-    props["repetition_penalty"].update(exclusiveMinimum=0, maximum=2)
-    props["seed"].update(minimum=-(2**63), maximum=2**63 - 1)
-    for name in ("max_tokens", "max_completion_tokens"):
-        props[name]["minimum"] = 1
-        props[name]["description"] = (
-            "At least 1; the prompt plus this budget must fit the model's context and the "
-            "server's KV pool (a rule JSON Schema cannot express: it depends on the prompt)."
-        )
-    props["top_logprobs"].update(minimum=0, maximum=MAX_TOP_LOGPROBS)
-    props["metadata"]["maxProperties"] = MAX_METADATA_PAIRS
-    props["store"] = {"enum": [False, None], "description": "Completions are not stored."}
-    props["service_tier"] = {"enum": ["auto", "default", None]}
-    props["stop"] = {
-        "anyOf": [
-            {"type": "string", "minLength": 1},
-            {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 4},
-            {"type": "null"},
-        ]
-    }
-    props["top_k"] = {
-        "anyOf": [{"type": "integer", "minimum": 1}, {"const": -1}, {"type": "null"}],
-        "description": "vLLM: sample from the k most likely (-1: all)",
-    }
-    props["tool_choice"] = {
-        "anyOf": [
-            {"enum": ["none", "auto", "required"]},
-            {
-                "type": "object",
-                "properties": {
-                    "type": {"const": "function"},
-                    "function": {
-                        "type": "object",
-                        "properties": {"name": {"type": "string"}},
-                        "required": ["name"],
-                    },
-                },
-                "required": ["type", "function"],
-            },
-            {"type": "null"},
-        ],
-        "description": "Needs tools (unless none). A named function must be one of tools "
-        "(a rule JSON Schema cannot express).",
-    }
-    props["tools"]["maxItems"] = MAX_TOOLS
-    props["tools"]["description"] = (
-        "Function tools of a plain completion: at least one (with agents, only an empty list, "
-        "meaning none). Their names must be unique and each parameters a JSON Schema without "
-        "$ref (rules JSON Schema cannot express)."
-    )
-    props["messages"]["contains"] = _SOME_TEXT
-    props["messages"]["description"] = (
-        "The conversation; some message carries text. A tool message must answer a call of "
-        "an earlier assistant message (a rule JSON Schema cannot express)."
-    )
-    plain_only = {
-        name: {"enum": [None, False]} if name != "tools" else {"maxItems": 0} for name in PLAIN_ONLY
-    }
-    agent_tokens = {"maximum": agent_field_rules()["max_tokens"].maximum}
-    tools_active = {
-        "required": ["tools"],
-        "properties": {
-            "tools": {"type": "array", "minItems": 1},
-            "tool_choice": {"not": {"const": "none"}},
-        },
-    }
-    json_format = {
-        "required": ["response_format"],
-        "properties": {
-            "response_format": {
-                "type": "object",
-                "properties": {"type": {"enum": ["json_object", "json_schema"]}},
-            }
-        },
-    }
-    schema["allOf"] = [
-        {
-            "if": _COLLABORATION,
-            "then": {
-                "properties": {
-                    "n": {"const": 1},
-                    "max_tokens": agent_tokens,
-                    "max_completion_tokens": agent_tokens,
-                    **plain_only,
-                }
-            },
-            "else": {
-                "properties": {"tools": {"minItems": 1}},
-                "allOf": [
-                    {
-                        "if": {
-                            "required": ["tool_choice"],
-                            "properties": {"tool_choice": {"not": {"enum": [None, "none"]}}},
-                        },
-                        "then": {
-                            "required": ["tools"],
-                            "properties": {"tools": {"type": "array"}},
-                        },
-                    },
-                    {"not": {"allOf": [tools_active, json_format]}},
-                ],
-            },
-        },
-        {
-            "if": {
-                "required": ["top_logprobs"],
-                "properties": {"top_logprobs": {"type": "integer"}},
-            },
-            "then": {"required": ["logprobs"], "properties": {"logprobs": {"const": True}}},
-        },
-    ]
-
-
 class ChatCompletionRequest(BaseModel):
     """``POST /v1/chat/completions``: the OpenAI request plus ``agents`` and ``collaboration``.
 
@@ -487,7 +298,7 @@ class ChatCompletionRequest(BaseModel):
     ``min_p`` and ``repetition_penalty`` are vLLM's extra sampling parameters.
     """
 
-    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra=_request_rules)
+    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra=request_rules)
 
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
@@ -562,65 +373,3 @@ class ChatCompletionRequest(BaseModel):
         if self.temperature is not None:
             options.setdefault("temperature", self.temperature)
         return options
-
-
-def served_rules(
-    document: dict[str, Any],
-    *,
-    models: Sequence[str],
-    adapters: Sequence[str],
-    modes: Sequence[str],
-    server_tools: Sequence[str],
-    max_n: int,
-    max_agents_per_spec: int,
-    max_total_agents: int,
-) -> None:
-    """Add to the OpenAPI ``document`` the rules that depend on this server, as it runs.
-
-    The served models, the registered modes and adapters, the server's tools and its
-    limits are known only at run time; the document is rebuilt when they change.
-    """
-    schemas = document["components"]["schemas"]
-    request = schemas["ChatCompletionRequest"]["properties"]
-    request["model"] = {
-        "enum": [*models, None],
-        "description": 'A served model ("default" or null: the first served).',
-    }
-    request["n"]["maximum"] = max_n
-    agents = request["agents"]["anyOf"][0]
-    agents["maxItems"] = max_total_agents
-    agents["description"] = (
-        f"At most {max_total_agents} agents in all (the counts' sum), names unique, each "
-        "adapter registered on its agent's model (rules JSON Schema cannot express)."
-    )
-    agent = agents["items"]["properties"]
-    agent["count"]["maximum"] = min(
-        agent["count"].get("maximum", max_agents_per_spec), max_agents_per_spec
-    )
-    agent["model"] = {**agent["model"], "enum": [*models, None]}
-    agent["adapter"] = {**agent["adapter"], "enum": [*adapters, None]}
-    collaboration = schemas["CollaborationModel"]["properties"]
-    collaboration["mode"] = {
-        "enum": list(modes),
-        "description": "A registered collaboration mode (built-in or register_mode's); "
-        "its options are its config's fields, checked by its own code too (value rules "
-        "JSON Schema cannot express).",
-    }
-    schemas["CollaborationModel"]["allOf"] = [_mode_rules(name) for name in modes]
-    collaboration["tools"] = {
-        "anyOf": [
-            {"type": "array", "items": {"enum": list(server_tools)}},
-            {"type": "null"},
-        ],
-        "description": collaboration["tools"].get("description", ""),
-    }
-
-
-def _mode_rules(name: str) -> dict[str, Any]:
-    """The options mode ``name`` takes: its config's fields (rounds only if it has rounds)."""
-    op = get_mode(name)
-    options = {f.name for f in attrs.fields(op.Config)} | {"mode", "tools", "tool_choice"}
-    then: dict[str, Any] = {"propertyNames": {"enum": sorted(options)}}
-    if not op.uses_rounds:
-        then["properties"] = {"rounds": {"type": "null"}}
-    return {"if": {"properties": {"mode": {"const": name}}}, "then": then}

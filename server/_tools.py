@@ -22,7 +22,7 @@ from ..engine_bridge import (
     render_tool_calls,
 )
 from ._errors import bad_request
-from ._schemas import MAX_TOOLS
+from ._openapi import MAX_TOOLS
 
 # -- requests ------------------------------------------------------------------------------
 

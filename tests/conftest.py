@@ -67,3 +67,22 @@ def vllm_server(
         yield server
     finally:
         server.stop()
+
+
+#: Fixtures that start a real vLLM engine: a test using one must carry the ``engine`` mark.
+ENGINE_FIXTURES = frozenset({"real_engine", "vllm_server"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the fast/slow split explicit: ``make check`` runs ``-m "not engine"``, so a test
+    that reaches a real engine without the mark would slow it down unseen; refuse it."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ()))
+        and item.get_closest_marker("engine") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            "tests that use a real engine need @pytest.mark.engine: " + ", ".join(unmarked[:5])
+        )

@@ -17,7 +17,7 @@ import anyio
 import httpx
 import pytest
 from _fake_openai import FakeEndpoint, Reply, fake_endpoint
-from microagent import CollaborationFailed, RemoteBridge, RemoteError, ScriptedEngine
+from microagent import CollaborationFailed, RemoteBridge, RemoteError
 from microagent.collab import (
     Graph,
     InvalidCollaboration,
@@ -30,6 +30,7 @@ from microagent.engine_bridge import EngineBridgeError, RequestRefused, Sampling
 from microagent.engine_bridge._remote import messages_of, retry_after_seconds
 from microagent.server import create_app
 from microagent.server._remote import remote_cause
+from microagent.testing import ScriptedEngine
 
 pytestmark = pytest.mark.anyio
 

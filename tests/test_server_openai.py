@@ -502,3 +502,42 @@ def test_an_unsupported_parameter_is_a_400_naming_it(server: LiveServer) -> None
         )
     assert info.value.status_code == 400
     assert "logit_bias" in str(info.value.message)
+
+
+def test_the_responses_api_on_the_default_model(server: LiveServer) -> None:
+    """The Agents SDK's default model speaks the Responses API: a call, then its result."""
+    client = sync_client(server)
+    tool = {"type": "function", **STOCK_TOOL["function"]}  # type: ignore[dict-item]
+    first = client.responses.create(
+        model="default",
+        input="How many units of SKU-1234 are left?",
+        tools=[tool],  # type: ignore[list-item]
+        tool_choice="required",
+        max_output_tokens=64,
+        temperature=0,
+        include=[],
+    )
+    (call,) = [item for item in first.output if item.type == "function_call"]
+    assert call.name == "lookup_stock" and json.loads(call.arguments)["item"]
+    history: list[Any] = [
+        {"role": "user", "content": "How many units of SKU-1234 are left?"},
+        {"type": "function_call", "call_id": call.call_id, "name": call.name,
+         "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "17 units"},
+    ]  # fmt: skip
+    with client.responses.stream(
+        model="default",
+        input=history,
+        tools=[tool],
+        max_output_tokens=24,
+        temperature=0,  # type: ignore[list-item]
+    ) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert final.output_text and final.usage is not None
+    assert final.usage.input_tokens > final.usage.output_tokens > 0
+    assert kinds[0] == "response.created" and kinds[-1] in (
+        "response.completed",
+        "response.incomplete",
+    )
+    assert "response.output_text.delta" in kinds

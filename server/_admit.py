@@ -1,0 +1,96 @@
+"""Admission: a planned request takes its place, or is refused before anything runs.
+
+Three gates, in this order, each answered with ``Retry-After``: a request slot
+(``max_concurrent_requests``, and ``max_concurrent_collaborations`` for a
+collaboration: 429), the engines' waiting queues (``max_engine_waiting``: 503),
+and the API key's quota account at the plan's worst case (429). ``Admitted``
+gives everything back exactly once, whichever way the request ends, and settles
+the key's account with what the request really used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from ..engine_bridge import EngineBridge
+from ._errors import ApiError
+from ._quota import Admission
+from ._state import ServerState, overloaded
+
+
+@attrs.define(eq=False)
+class Meter:
+    """Tokens a stream has used so far (prompt and completion), counted as it goes."""
+
+    tokens: int = 0
+
+    def add(self, tokens: int) -> None:
+        self.tokens += tokens
+
+
+@attrs.define(eq=False)
+class Admitted:
+    """A request's slot and its key's admission, given back once by ``release``.
+
+    Attributes:
+        admission: its place in the key's quota account (None without quotas).
+        meter: a stream's running count of what it used (None for a JSON reply).
+    """
+
+    _state: ServerState
+    _collaboration: bool
+    admission: Admission | None = None
+    meter: Meter | None = None
+    _released: bool = False
+
+    def settle(self, used_tokens: int) -> None:
+        """Charge the key what the request used (a finished reply: not its worst case)."""
+        if self.admission is not None:
+            self.admission.settle(used_tokens)
+
+    def release(self) -> None:
+        """Give the slot back and settle the key's account, if nothing settled it before:
+        with what the meter counted (a stream, whole or cut), else at the worst case (a
+        request that failed after it was admitted). Idempotent."""
+        if self._released:
+            return
+        self._released = True
+        if self.admission is not None:
+            meter = self.meter
+            self.admission.settle(meter.tokens if meter is not None else self.admission.promised)
+        self._state.requests -= 1
+        self._state.collaborations -= int(self._collaboration)
+
+
+def admit(
+    state: ServerState,
+    tenant: str,
+    bridges: Sequence[EngineBridge],
+    worst_tokens: int,
+    *,
+    collaboration: bool,
+    stream: bool,
+) -> Admitted:
+    """Take a slot, check the engines' queues and admit ``worst_tokens`` on ``tenant``'s
+    account; the first gate that is full refuses (429 or 503, nothing taken)."""
+    limits = state.limits
+    if state.requests >= limits.max_concurrent_requests:
+        raise overloaded(state, "concurrent_requests")
+    if collaboration and state.collaborations >= limits.max_concurrent_collaborations:
+        raise overloaded(state, "concurrent_collaborations")
+    if limits.max_engine_waiting is not None:
+        for bridge in bridges:
+            if bridge.stats().scheduler_waiting >= limits.max_engine_waiting:
+                raise overloaded(state, "engine_queue")
+    admission: Admission | None = None
+    if state.quotas is not None:
+        try:
+            admission = state.quotas.admit(tenant, worst_tokens)
+        except ApiError as exc:
+            state.metrics.inc("microagent_rejected_total", reason=exc.code or "quota")
+            raise
+    state.requests += 1
+    state.collaborations += int(collaboration)
+    return Admitted(state, collaboration, admission, Meter() if stream else None)

@@ -1,0 +1,333 @@
+"""Rendering for ``/v1/responses``: a ``response`` object, or its event stream.
+
+The same plans run as on chat completions; only the shape differs. A reply is
+``output`` items: a ``message`` with one ``output_text`` part, then one
+``function_call`` item per call. A reply cut by ``max_output_tokens`` is
+``status: "incomplete"`` (``incomplete_details.reason: "max_output_tokens"``).
+
+A stream sends the event sequence the openai SDK's stream accumulator and the
+Agents SDK read: ``response.created``, ``response.in_progress``, per item
+``response.output_item.added`` … ``.done`` (a message's
+``content_part.added``, ``output_text.delta``s, ``output_text.done`` and
+``content_part.done``; a call's ``function_call_arguments.delta`` and
+``.done``), then ``response.completed`` (or ``response.incomplete``) carrying
+the whole response with its ``usage``. Each event has a ``sequence_number``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from starlette.responses import Response
+
+from ..collab import CollaborationEvent, Outcome
+from ..engine_bridge import ToolCallStream
+from ._admit import Admitted
+from ._errors import ApiError
+from ._plan import CollaborationPlan, CompletionPlan
+from ._render import choice
+from ._responses_api import ResponsesRequest
+from ._retry import EngineLost, count_lost, engine_cause, retry_after
+from ._run import (
+    collaboration_turn_done,
+    engine_error,
+    first_error,
+    run_collaboration,
+    turn_done,
+)
+from ._sse import DONE, EventBuffer, SSEResponse, StreamItem
+from ._state import ServerState
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+class ResponseShape:
+    """One response's identity and the request fields it echoes."""
+
+    def __init__(self, request: ResponsesRequest, model: str) -> None:
+        self.request = request
+        self.id = _id("resp")
+        self.created_at = int(time.time())
+        self.model = model
+        self.message_id = _id("msg")
+
+    def body(
+        self,
+        output: list[dict[str, Any]],
+        *,
+        status: str,
+        usage: tuple[int, int, int] | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """The ``response`` object with ``output`` and, when finished, its ``usage``."""
+        r = self.request
+        tools = [dict(t) for t in r.tools or ()]
+        fmt = {"type": "text"}
+        if r.text is not None and isinstance(r.text.get("format"), dict):
+            fmt = r.text["format"]
+        body: dict[str, Any] = {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "error": None,
+            "incomplete_details": (
+                {"reason": "max_output_tokens"} if status == "incomplete" else None
+            ),
+            "instructions": r.instructions,
+            "max_output_tokens": r.max_output_tokens,
+            "model": self.model,
+            "output": output,
+            "parallel_tool_calls": r.parallel_tool_calls is not False,
+            "previous_response_id": None,
+            "store": False,
+            "temperature": r.temperature,
+            "text": {"format": fmt},
+            "tool_choice": r.tool_choice if r.tool_choice is not None else "auto",
+            "tools": tools,
+            "top_p": r.top_p,
+            "truncation": "disabled",
+            "metadata": dict(r.metadata or {}),
+            "user": r.user,
+            "usage": None,
+            **extra,
+        }
+        if usage is not None:
+            prompt, cached, completion = usage
+            body["usage"] = {
+                "input_tokens": prompt,
+                "input_tokens_details": {"cached_tokens": cached},
+                "output_tokens": completion,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": prompt + completion,
+            }
+        return body
+
+    def message(self, text: str, *, done: bool = True) -> dict[str, Any]:
+        """The ``message`` output item holding ``text``."""
+        return {
+            "type": "message",
+            "id": self.message_id,
+            "status": "completed" if done else "in_progress",
+            "role": "assistant",
+            "content": [_text_part(text)] if done else [],
+        }
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _call_item(call: dict[str, Any], *, done: bool = True) -> dict[str, Any]:
+    """A chat ``tool_calls`` entry as a ``function_call`` output item."""
+    fn = call["function"]
+    return {
+        "type": "function_call",
+        "id": _id("fc"),
+        "call_id": call["id"],
+        "name": fn["name"],
+        "arguments": fn["arguments"] if done else "",
+        "status": "completed" if done else "in_progress",
+    }
+
+
+def output_items(
+    shape: ResponseShape, content: str | None, calls: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """A reply's ``output``: its message (when it has text, or nothing else), then its calls."""
+    items: list[dict[str, Any]] = []
+    if content or not calls:
+        items.append(shape.message(content or ""))
+    items.extend(_call_item(c) for c in calls)
+    return items
+
+
+def completion_response(
+    request: ResponsesRequest,
+    plan: CompletionPlan,
+    message: dict[str, Any],
+    finish: str,
+    used: tuple[int, int, int],
+) -> dict[str, Any]:
+    """A finished plain completion's ``response`` object."""
+    shape = ResponseShape(request, plan.stamp.model)
+    output = output_items(shape, message.get("content"), list(message.get("tool_calls") or []))
+    status = "incomplete" if finish == "length" else "completed"
+    return shape.body(output, status=status, usage=used)
+
+
+def collaboration_result(
+    request: ResponsesRequest, plan: CollaborationPlan, outcome: Outcome
+) -> dict[str, Any]:
+    """A finished collaboration's ``response`` object (its outcome under ``collaboration``)."""
+    shape = ResponseShape(request, plan.stamp.model)
+    u = outcome.usage
+    used = (u.prompt_tokens, u.cached_tokens, u.completion_tokens)
+    message = shape.message(outcome.answer)
+    return shape.body([message], status="completed", usage=used, collaboration=outcome.to_dict())
+
+
+def _at(shape: ResponseShape) -> dict[str, Any]:
+    """Where a message's text events point: its item, output index 0, content index 0."""
+    return {"item_id": shape.message_id, "output_index": 0, "content_index": 0}
+
+
+class _Events:
+    """Numbers and queues one stream's events."""
+
+    def __init__(self, buffer: EventBuffer) -> None:
+        self.buffer = buffer
+        self.sequence = 0
+
+    def put(self, kind: str, **fields: Any) -> None:
+        event = {"type": kind, "sequence_number": self.sequence, **fields}
+        self.sequence += 1
+        self.buffer.put(StreamItem(build=lambda _t: event))
+
+    def open_message(self, shape: ResponseShape) -> None:
+        """The message item and its one text part begin (output index 0)."""
+        self.put("response.output_item.added", output_index=0, item=shape.message("", done=False))
+        self.put("response.content_part.added", part=_text_part(""), **_at(shape))
+
+    def text_delta(self, shape: ResponseShape, text: str) -> None:
+        self.put("response.output_text.delta", delta=text, logprobs=[], **_at(shape))
+
+    def close_message(self, shape: ResponseShape, text: str) -> dict[str, Any]:
+        """The message's text, part and item end; returns the finished item."""
+        self.put("response.output_text.done", text=text, logprobs=[], **_at(shape))
+        self.put("response.content_part.done", part=_text_part(text), **_at(shape))
+        item = shape.message(text)
+        self.put("response.output_item.done", output_index=0, item=item)
+        return item
+
+    def error(self, exc: ApiError) -> None:
+        body = exc.body()
+        self.buffer.put(StreamItem(build=lambda _t: body))
+        self.buffer.put(StreamItem(build=lambda _t: DONE))
+
+
+def stream_completion_response(
+    state: ServerState, request: ResponsesRequest, plan: CompletionPlan, admitted: Admitted
+) -> Response:
+    """A plain completion streamed as Responses events (text deltas as they come; each
+    call as one ``function_call`` item when the reply ends)."""
+    bridge, session = plan.bridge, plan.session
+    meter = admitted.meter
+    assert meter is not None  # a stream is admitted with one
+    buffer = EventBuffer(state.limits.max_sse_buffer)
+    events = _Events(buffer)
+    shape = ResponseShape(request, plan.stamp.model)
+
+    async def produce(buf: EventBuffer) -> None:
+        events.put("response.created", response=shape.body([], status="in_progress"))
+        events.put("response.in_progress", response=shape.body([], status="in_progress"))
+        calls = ToolCallStream(plan.tools) if plan.tools is not None else None
+        sent: list[str] = []
+
+        def send(text: str) -> None:
+            if not sent:
+                events.open_message(shape)
+            sent.append(text)
+            events.text_delta(shape, text)
+
+        made: list[dict[str, Any]] = []
+        try:
+            async with bridge.stream(
+                plan.prompt, plan.sampling, priority=session.priority, retain=session.retain
+            ) as gen:
+                meter.add(len(plan.prompt))
+                async for delta in gen:
+                    meter.add(len(delta.token_ids))
+                    text = bridge.chat.content(delta.text)
+                    if calls is not None:
+                        text = calls.feed(text)
+                    if text:
+                        send(text)
+                result = gen.result
+            assert result is not None
+            if calls is not None and result.finish_reason in ("stop", "length"):
+                unsent, made = calls.finish(complete=result.finish_reason == "stop")
+                if unsent:
+                    send(unsent)
+            message: dict[str, Any] = choice(bridge, 0, result, plan.tools, 0)["message"]
+            await turn_done(state, bridge, plan.tenant, session, result, message)
+        except Exception as exc:
+            hint = retry_after([bridge], state.limits.retry_after)
+            error = engine_error(engine_cause(exc) or first_error(exc), hint)
+            if isinstance(error, EngineLost):
+                count_lost(state.metrics, "completion", "stream")
+            events.error(error)
+            return
+        finally:
+            admitted.release()
+        output: list[dict[str, Any]] = []
+        if sent or not made:
+            if not sent:
+                events.open_message(shape)
+            output.append(events.close_message(shape, "".join(sent)))
+        for call in made:
+            index = len(output)
+            item = _call_item(call)
+            started = {**item, "arguments": "", "status": "in_progress"}
+            events.put("response.output_item.added", output_index=index, item=started)
+            at = {"item_id": item["id"], "output_index": index}
+            events.put("response.function_call_arguments.delta", delta=item["arguments"], **at)
+            done = {"name": item["name"], "arguments": item["arguments"]}
+            events.put("response.function_call_arguments.done", **done, **at)
+            events.put("response.output_item.done", output_index=index, item=item)
+            output.append(item)
+        used = (result.prompt_tokens, result.cached_tokens, result.completion_tokens)
+        state.metrics.add_usage(*used)
+        status = "incomplete" if result.finish_reason == "length" and not made else "completed"
+        events.put(f"response.{status}", response=shape.body(output, status=status, usage=used))
+        buf.put(StreamItem(build=lambda _t: DONE))
+
+    return SSEResponse(produce, buffer, on_close=admitted.release, track=state.drain.track)
+
+
+def stream_collaboration_response(
+    state: ServerState, request: ResponsesRequest, plan: CollaborationPlan, admitted: Admitted
+) -> Response:
+    """A collaboration streamed as Responses events: the answer as one message when the
+    collaboration ends (its agents' progress is on the chat route's stream)."""
+    meter = admitted.meter
+    assert meter is not None
+    buffer = EventBuffer(state.limits.max_sse_buffer)
+    events = _Events(buffer)
+    shape = ResponseShape(request, plan.stamp.model)
+
+    def on_event(event: CollaborationEvent) -> None:
+        if event.type == "agent_finished":  # each engine request's usage, as it ends
+            data = event.to_dict()
+            used = [data.get("prompt_tokens"), data.get("completion_tokens")]
+            meter.add(sum(n for n in used if isinstance(n, int)))
+
+    async def produce(buf: EventBuffer) -> None:
+        events.put("response.created", response=shape.body([], status="in_progress"))
+        events.put("response.in_progress", response=shape.body([], status="in_progress"))
+        try:
+            outcome = await run_collaboration(state, plan, on_event)
+        except ApiError as exc:
+            if isinstance(exc, EngineLost):
+                mode = plan.prepared.op.name
+                state.metrics.inc("microagent_collaborations_total", mode=mode, status="failed")
+                count_lost(state.metrics, "collaboration", "stream")
+            events.error(exc)
+            return
+        finally:
+            admitted.release()
+        await collaboration_turn_done(state, plan, outcome.answer)
+        events.open_message(shape)
+        events.text_delta(shape, outcome.answer)
+        item = events.close_message(shape, outcome.answer)
+        u = outcome.usage
+        used = (u.prompt_tokens, u.cached_tokens, u.completion_tokens)
+        final = shape.body([item], status="completed", usage=used, collaboration=outcome.to_dict())
+        events.put("response.completed", response=final)
+        buf.put(StreamItem(build=lambda _t: DONE))
+
+    return SSEResponse(produce, buffer, on_close=admitted.release, track=state.drain.track)

@@ -1,0 +1,119 @@
+"""What one server holds: its limits, engines, counters and the per-key state.
+
+``ServerState`` is created once by ``create_app`` and handed to every stage of a
+request (parse, plan, admit, run, render); nothing else is shared between them.
+"""
+
+from __future__ import annotations
+
+import attrs
+from starlette.requests import Request
+
+from ..collab import Tool
+from ..engine_bridge import EngineBridge
+from ._errors import ApiError
+from ._metrics import ServerMetrics
+from ._quota import KeyQuota, Quotas, key_id
+from ._sessions import Sessions
+from ._shutdown import Drain
+
+
+@attrs.frozen(kw_only=True)
+class ServerLimits:
+    """What one server accepts; past these, requests get 400 (bad input) or 429/503 (overload).
+
+    Attributes:
+        max_agents_per_spec: the largest ``count`` of one agent spec.
+        max_total_agents: agents of one collaboration, all specs together.
+        max_concurrent_collaborations: collaborations running at once (then 429).
+        max_concurrent_requests: chat requests of any kind running at once (then 429).
+        max_engine_waiting: requests waiting in an engine's queue before new work gets 503.
+        max_body_bytes: request body size limit (then 413).
+        max_sse_buffer: pending stream events per client before deltas are dropped.
+        max_n: the largest ``n`` of a plain completion.
+        retry_after: seconds suggested in ``Retry-After`` on 429/503.
+        retry_deadline: seconds after its arrival by which a non-streaming request
+            whose engine died must have finished its rerun on the restarted engine;
+            past it (or when it cannot be run again), a 503 with ``Retry-After``.
+        allow_code_validators: accept the ``python_tests`` validator, which runs
+            client-supplied code on this machine, in a sandbox (``run_sandboxed``).
+        max_collaboration_tokens: completion tokens one request may generate, all
+            agents together; a request whose worst case is over it gets 400, and a mode
+            with no known bound is stopped before a turn that could cross it.
+        key_quota: per-API-key limits (requests in flight, tokens per minute; 429 with
+            ``Retry-After``); every client together is one account without a key.
+    """
+
+    max_agents_per_spec: int = 32
+    max_total_agents: int = 128
+    max_concurrent_collaborations: int = 64
+    max_concurrent_requests: int = 1024
+    max_engine_waiting: int | None = None
+    max_body_bytes: int = 1 << 20
+    max_sse_buffer: int = 256
+    max_n: int = 16
+    retry_after: int = 1
+    retry_deadline: float = 120.0
+    allow_code_validators: bool = False
+    max_collaboration_tokens: int | None = None
+    key_quota: KeyQuota = attrs.field(factory=KeyQuota)
+
+
+@attrs.define
+class ServerState:
+    """The server's engines, limits, counters, tools, quotas and sessions."""
+
+    engines: dict[str, EngineBridge]
+    limits: ServerLimits
+    metrics: ServerMetrics
+    created: int
+    #: what ``collaboration.tools`` can name: a ``--tool`` (one tool) or an ``--mcp`` server
+    tools: dict[str, tuple[Tool, ...]] = attrs.Factory(dict)
+    collaborations: int = 0
+    requests: int = 0
+    drain: Drain = attrs.Factory(Drain)
+    quotas: Quotas | None = None
+    sessions: Sessions = attrs.Factory(Sessions)
+    #: salt each API key's prefix cache apart (several keys, no shared cache)
+    salted: bool = False
+    #: what the cached OpenAPI document lists (models, adapters, modes, tools)
+    openapi_for: tuple[tuple[str, ...], ...] = ()
+
+
+def engine_for(state: ServerState, name: str | None, param: str = "model") -> EngineBridge:
+    """The engine a request (or an agent: ``param``) names; a 400 naming ``param`` if none."""
+    if name is None:
+        return next(iter(state.engines.values()))
+    found = state.engines.get(name)
+    if found is None and name == "default":
+        return next(iter(state.engines.values()))
+    if found is None:
+        for bridge in state.engines.values():
+            if bridge.model == name:
+                return bridge
+        raise ApiError(
+            400,
+            f"unknown model {name!r}; served: {sorted(state.engines)}",
+            param=param,
+            code="model_not_found",
+            type="invalid_request_error",
+        )
+    return found
+
+
+def tenant_of(request: Request) -> str:
+    """The request's API key id (a digest): its quota account, cache salt and session scope."""
+    found = getattr(request.state, "api_key_id", None)
+    return found if isinstance(found, str) else key_id(None)
+
+
+def overloaded(state: ServerState, what: str) -> ApiError:
+    """429 (503 for a full engine queue) with ``Retry-After``, counted as rejected."""
+    state.metrics.inc("microagent_rejected_total", reason=what)
+    status = 503 if what == "engine_queue" else 429
+    return ApiError(
+        status,
+        f"server overloaded ({what.replace('_', ' ')}); retry later",
+        code="overloaded",
+        headers={"retry-after": str(state.limits.retry_after)},
+    )
