@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from ..collab import McpServer, Tool, mcp_tools
+from ..collab.trace import OtlpTracing
 from ..engine_bridge import EngineBridge, open_bridges, salt_for, set_cache_salt
 from ._admit import Admitted, admit
 from ._errors import ApiError, bad_request, error_responses
@@ -69,6 +70,7 @@ def create_app(
     mcp_servers: Mapping[str, McpServer | str] | None = None,
     drain: Drain | None = None,
     sessions: SessionSettings | None = None,
+    tracing: OtlpTracing | None = None,
 ) -> FastAPI:
     """The OpenAI-compatible app serving ``engines`` (served model id -> bridge).
 
@@ -90,6 +92,8 @@ def create_app(
             new requests get 503, those in flight get its grace period).
         sessions: how turns are retained for the next one (``prompt_cache_*``, tool
             calls), and whether several API keys share one prefix cache.
+        tracing: export each collaboration's OpenTelemetry trace (``otlp_tracing``);
+            its spans are flushed when the app shuts down.
     """
     if not engines:
         raise ValueError("serve at least one engine")
@@ -100,6 +104,7 @@ def create_app(
         int(time.time()),
         tools={t.name: (t,) for t in tools},
         drain=drain or Drain(),
+        tracing=tracing,
     )
     state.sessions = Sessions(sessions or SessionSettings())
     keys = [api_key] if isinstance(api_key, str) else list(api_key or ())
@@ -124,6 +129,8 @@ def create_app(
             finally:
                 for name in servers:
                     state.tools.pop(name, None)
+                if tracing is not None:  # the last collaborations' spans reach the collector
+                    await anyio.to_thread.run_sync(tracing.flush)
 
     app = FastAPI(title=title, version="0.1.0", lifespan=lifespan)
     app.state.microagent = state
@@ -197,6 +204,11 @@ def create_app(
     return app
 
 
+def _trace_headers(request: Request) -> dict[str, str]:
+    """The caller's W3C trace context, for a collaboration's trace to continue it."""
+    return {k: request.headers[k] for k in ("traceparent", "tracestate") if k in request.headers}
+
+
 def _kind(body: ChatCompletionRequest | ResponsesRequest) -> str:
     """What a request is, for the request counters."""
     if body.agents is not None or body.collaboration is not None:
@@ -244,7 +256,7 @@ async def _chat(state: ServerState, body: ChatCompletionRequest, request: Reques
     as one JSON body). The slot and the key's quota are given back however it ends."""
     deadline = anyio.current_time() + state.limits.retry_deadline  # from its arrival
     tenant = tenant_of(request)
-    plan = await plan_request(state, body, tenant)
+    plan = await plan_request(state, body, tenant, _trace_headers(request))
     admitted = _admit(state, tenant, plan, body.stream)
     if body.stream:  # the stream gives its place back when it ends
         if isinstance(plan, CollaborationPlan):
@@ -265,7 +277,7 @@ async def _respond(state: ServerState, body: ResponsesRequest, request: Request)
     tenant = tenant_of(request)
     chat = body.to_chat()
     try:
-        plan = await plan_request(state, chat, tenant)
+        plan = await plan_request(state, chat, tenant, _trace_headers(request))
     except ApiError as exc:
         raise body.error(exc) from None
     admitted = _admit(state, tenant, plan, chat.stream)

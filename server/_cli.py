@@ -26,6 +26,7 @@ from ..collab import (
     collaborate,
     plot_timeline,
 )
+from ..collab.trace import otlp_tracing
 from ..engine_bridge import (
     EngineBridge,
     EngineBridgeError,
@@ -183,6 +184,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_per_key=args.max_sessions_per_key,
             shared_cache=args.shared_prefix_cache,
         ),
+        tracing=otlp_tracing(args.otlp_endpoint) if args.otlp_endpoint else None,
     )
     quiet = log_level(args.verbose or None) == "quiet"
     level = args.log_level or ("warning" if quiet else "info")

@@ -182,6 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="an MCP server started over stdio; collaboration.tools naming NAME gives the "
         "agents all its tools; repeatable",
     )
+    serve.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="export each collaboration's OpenTelemetry trace (GenAI conventions) to this "
+        "OTLP/HTTP collector, e.g. http://127.0.0.1:6006 (Phoenix); off by default",
+    )
     sessions = serve.add_argument_group("sessions (KV kept for a client's next turn)")
     sessions.add_argument(
         "--session-ttl",

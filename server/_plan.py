@@ -100,6 +100,7 @@ class CollaborationPlan:
         session: what the turn keeps for the session's next one (None with tools).
         worst_tokens: prompt and completion tokens it may use at most.
         stamp: the response's id, time and model.
+        trace_headers: the caller's W3C ``traceparent``/``tracestate`` (its trace continues).
     """
 
     body: ChatCompletionRequest
@@ -115,15 +116,22 @@ class CollaborationPlan:
     session: SessionPlan | None
     worst_tokens: int
     stamp: Stamp
+    trace_headers: Mapping[str, str] = attrs.field(factory=dict)
 
 
 Plan = CompletionPlan | CollaborationPlan
 
 
-async def plan_request(state: ServerState, body: ChatCompletionRequest, tenant: str) -> Plan:
+async def plan_request(
+    state: ServerState,
+    body: ChatCompletionRequest,
+    tenant: str,
+    trace_headers: Mapping[str, str] | None = None,
+) -> Plan:
     """The request's plan: a collaboration when it has ``agents`` or ``collaboration``."""
     if body.agents is not None or body.collaboration is not None:
-        return await _plan_collaboration(state, body, tenant)
+        plan = await _plan_collaboration(state, body, tenant)
+        return attrs.evolve(plan, trace_headers=dict(trace_headers or {}))
     return await _plan_completion(state, body, tenant)
 
 

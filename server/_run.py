@@ -25,6 +25,7 @@ from ..collab import (
     TokenBudgetExceeded,
     collaborate,
 )
+from ..collab.trace import OtelExporter
 from ..engine_bridge import (
     EngineBridge,
     EngineDied,
@@ -145,10 +146,49 @@ async def run_collaboration(
     run the collaboration again, and counts how it finally ended.
     """
     bridge, engines, prepared = plan.bridge, plan.engines, plan.prepared
-    metrics = state.metrics
-    mode = prepared.op.name
     involved = list({id(b): b for b in (bridge, *engines.values())}.values())
     deaths = death_counts(involved)
+    exporter: OtelExporter | None = None
+    if state.tracing is not None:  # one trace per collaboration, continuing the caller's
+        exporter = OtelExporter(
+            state.tracing.tracer,
+            prepared.op.name,
+            bridge.model,
+            parent=_trace_parent(plan.trace_headers),
+            forward=on_event,
+        )
+        on_event = exporter
+    try:
+        outcome = await _collaborate(state, plan, on_event, involved, deaths)
+    except BaseException as exc:
+        if exporter is not None:
+            exporter.finish(None, exc)
+        raise
+    if exporter is not None:
+        exporter.finish(outcome)
+    return outcome
+
+
+def _trace_parent(headers: Mapping[str, str]) -> object | None:
+    """The caller's span context from its W3C headers (None without them)."""
+    if not headers:
+        return None
+    from opentelemetry.propagate import extract
+
+    return extract(dict(headers))
+
+
+async def _collaborate(
+    state: ServerState,
+    plan: CollaborationPlan,
+    on_event: EventCallback | None,
+    involved: list[EngineBridge],
+    deaths: Mapping[int, tuple[int, int]],
+) -> Outcome:
+    """``collaborate`` on the plan, its failures as ``ApiError``s, its ending counted."""
+    bridge, engines, prepared = plan.bridge, plan.engines, plan.prepared
+    metrics = state.metrics
+    mode = prepared.op.name
     try:
         outcome = await collaborate(
             bridge,

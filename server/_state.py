@@ -10,6 +10,7 @@ import attrs
 from starlette.requests import Request
 
 from ..collab import Tool
+from ..collab.trace import OtlpTracing
 from ..engine_bridge import EngineBridge
 from ._errors import ApiError
 from ._metrics import ServerMetrics
@@ -76,6 +77,8 @@ class ServerState:
     sessions: Sessions = attrs.Factory(Sessions)
     #: salt each API key's prefix cache apart (several keys, no shared cache)
     salted: bool = False
+    #: OpenTelemetry: each collaboration's trace goes here (None: off, nothing loaded)
+    tracing: OtlpTracing | None = None
     #: what the cached OpenAPI document lists (models, adapters, modes, tools)
     openapi_for: tuple[tuple[str, ...], ...] = ()
 

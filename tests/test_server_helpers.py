@@ -18,6 +18,7 @@ import anyio.from_thread
 import httpx
 import uvicorn
 from microagent.collab import Tool
+from microagent.collab.trace import OtlpTracing
 from microagent.engine_bridge import EngineBridge
 from microagent.engine_bridge._scripted import ScriptedEngine
 from microagent.server import ServerLimits, SessionSettings, create_app
@@ -66,6 +67,7 @@ def live_server(
     tools: Sequence[Tool] = (),
     mcp_servers: Mapping[str, Any] | None = None,
     sessions: SessionSettings | None = None,
+    tracing: OtlpTracing | None = None,
 ) -> Iterator[LiveServer]:
     """Serve ``make_engines()`` on 127.0.0.1 until the block ends."""
     with contextlib.ExitStack() as stack:
@@ -82,6 +84,7 @@ def live_server(
                 tools=tools,
                 mcp_servers=mcp_servers,
                 sessions=sessions,
+                tracing=tracing,
             ), engines
 
         app, engines = portal.call(build)
