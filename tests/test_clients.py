@@ -1,24 +1,30 @@
 """The clients people already run, unchanged, against the server on the real default model.
 
 The OpenAI Agents SDK (its chat-completions model and its default, the Responses
-API), a LangGraph ReAct agent on langchain-openai, and LangChain's streaming and
-structured output. They conflict with vLLM's pins, so they live in a virtual
-environment of their own (``tests/.venv-clients``, made by ``make clients`` or
-on first use here) and each runs as a script under ``tests/clients/`` that
-prints one JSON line.
+API), a LangGraph ReAct agent on langchain-openai, LangChain's streaming and
+structured output, and a real OTLP collector (Arize Phoenix) that a
+collaboration's trace is read back from. They conflict with vLLM's pins, so
+they live in a virtual environment of their own (``tests/.venv-clients``, made
+on first use here, about a minute) and each client runs as a script under
+``tests/clients/`` that prints one JSON line.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from _engine import RealEngine
+from microagent.collab.trace import otlp_tracing
 from microagent.server import ServerLimits
 from test_server_helpers import LiveServer, live_server
 
@@ -27,7 +33,12 @@ pytestmark = [pytest.mark.engine, pytest.mark.clients]
 HERE = Path(__file__).resolve().parent
 VENV = HERE / ".venv-clients"
 #: What the peer environment holds (pinned: a client's new release must not change a result).
-PACKAGES = ("openai-agents==0.24.0", "langgraph==1.2.22", "langchain-openai==1.7.4")
+PACKAGES = (
+    "openai-agents==0.24.0",
+    "langgraph==1.2.22",
+    "langchain-openai==1.7.4",
+    "arize-phoenix==20.26.1",
+)
 
 
 def client_python() -> Path:
@@ -109,3 +120,104 @@ def test_langchain_streams_and_parses_structured_output(peer: Path, server: Live
     out = run_client(peer, "langchain_basics.py", f"{server.url}/v1")
     assert out["chunks"] > 1 and out["text"], out
     assert out["structured"] is not None and set(out["structured"]) == {"answer", "reason"}, out
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def phoenix(peer: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``phoenix serve`` (UI, REST API and OTLP/HTTP on one port), offline, until the end."""
+    work = tmp_path_factory.mktemp("phoenix")
+    port = _free_port()
+    env = {
+        **os.environ,
+        "PHOENIX_WORKING_DIR": str(work),
+        "PHOENIX_PORT": str(port),
+        "PHOENIX_GRPC_PORT": str(_free_port()),
+        "PHOENIX_TELEMETRY_ENABLED": "false",
+    }
+    with open(work / "phoenix.log", "wb") as log:
+        proc = subprocess.Popen(
+            [str(peer.parent / "phoenix"), "serve"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:  # wait for the process to answer (it has no readiness signal)
+            assert proc.poll() is None, (work / "phoenix.log").read_text()[-3000:]
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "phoenix did not answer in 180 s"
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_a_collaborations_trace_reaches_a_real_collector(
+    real_engine: RealEngine, phoenix: str
+) -> None:
+    """Spans exported over OTLP come back from Phoenix's own API with their structure:
+    the collaboration, an agent span per voter under it, a chat span per request under
+    those, and the tokens the response reported."""
+    tracing = otlp_tracing(phoenix)
+    bridge = real_engine.bridge
+    try:
+        with live_server(
+            lambda: {bridge.model: bridge},
+            portal=real_engine.portal,
+            open_engines=False,
+            tracing=tracing,
+        ) as srv:
+            r = httpx.post(
+                f"{srv.url}/v1/chat/completions",
+                json={
+                    "messages": [{"role": "user", "content": "Is 17 a prime number?"}],
+                    "max_tokens": 8,
+                    "agents": [{"name": "voter", "count": 3}],
+                    "collaboration": {
+                        "mode": "vote",
+                        "answer": {"choices": ["yes", "no"]},
+                        "early_stop": False,
+                    },
+                },
+                timeout=300,
+            )
+            assert r.status_code == 200, r.text
+        assert tracing.flush()
+    finally:
+        tracing.shutdown()
+    usage = r.json()["usage"]
+    spans: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 60
+    while len(spans) < 7:  # the collector ingests asynchronously: 1 + 3 agents + 3 requests
+        got = httpx.get(f"{phoenix}/v1/projects/default/spans", timeout=10)
+        assert got.status_code == 200, got.text
+        spans = got.json()["data"]
+        assert time.monotonic() < deadline, spans
+        time.sleep(0.5)
+    by_id = {s["context"]["span_id"]: s for s in spans}
+    (root,) = [s for s in spans if s["name"] == "invoke_agent microagent.vote"]
+    agents = [s for s in spans if s.get("parent_id") == root["context"]["span_id"]]
+    assert sorted(s["name"] for s in agents) == [f"invoke_agent voter-{i}" for i in (1, 2, 3)]
+    chats = [s for s in spans if s["name"].startswith("chat ")]
+    assert len(chats) == 3
+    assert all(by_id[c["parent_id"]]["name"].startswith("invoke_agent voter-") for c in chats)
+    prompt = sum(int(c["attributes"]["gen_ai.usage.input_tokens"]) for c in chats)
+    completion = sum(int(c["attributes"]["gen_ai.usage.output_tokens"]) for c in chats)
+    assert (prompt, completion) == (usage["prompt_tokens"], usage["completion_tokens"])

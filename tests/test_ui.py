@@ -11,18 +11,23 @@ Set ``UPDATE_SCREENSHOTS=1`` to also copy the screenshot to ``docs/img/ui.png``
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 from microagent.engine_bridge import EngineRequest
 from microagent.engine_bridge._scripted import ScriptedEngine
 from test_server_helpers import LiveServer, live_server
+
+if TYPE_CHECKING:
+    from _engine import RealEngine
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -211,3 +216,91 @@ def test_tool_calls_show_in_the_lanes(chromium_path: str, tmp_path: Path) -> Non
             page.screenshot(path=str(tmp_path / "ui-tools.png"), full_page=True)
         finally:
             browser.close()
+
+
+def _open(pw: Any, chromium_path: str, url: str, errors: list[str]) -> tuple[Any, Any]:
+    browser = pw.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{url}/ui")
+    return browser, page
+
+
+def test_a_split_free_vote_says_no_answer_won_and_an_empty_question_is_refused(
+    chromium_path: str,
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    replies = iter(["red", "green", "blue"])
+    lock = threading.Lock()
+
+    def script(prompt: tuple[int, ...], request: EngineRequest) -> str:
+        with lock:
+            return next(replies, "grey")
+
+    posted: list[str] = []
+    errors: list[str] = []
+    with (
+        live_server(lambda: {"scripted": ScriptedEngine(script=script)}) as srv,
+        sync_playwright() as pw,
+    ):
+        browser, page = _open(pw, chromium_path, srv.url, errors)
+        try:
+            page.on(
+                "request",
+                lambda r: posted.append(r.post_data or "") if r.method == "POST" else None,
+            )
+            expect(page.locator("#model option")).to_have_text(["scripted"])
+            page.fill("#question", "   ")
+            page.click("#run")
+            expect(page.locator("#error")).to_contain_text("Type a question")
+            assert posted == []  # nothing was sent
+
+            page.fill("#question", "Name a colour.")
+            page.fill("#choices", "")
+            page.click("#run")
+            expect(page.locator("#state")).to_have_text("done", timeout=30_000)
+            expect(page.locator("#answer")).to_have_text("No answer won: the votes split 1/1/1.")
+        finally:
+            browser.close()
+    assert errors == []
+
+
+@pytest.mark.engine
+def test_an_untouched_first_run_on_the_real_engine_votes_on_the_shown_choices(
+    real_engine: RealEngine, chromium_path: str
+) -> None:
+    """A new user opens /ui and presses Run without typing: the question and the choices the
+    page shows are what is sent, and the page announces a choice (or that none won)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    bridge = real_engine.bridge
+    posted: list[dict[str, Any]] = []
+    errors: list[str] = []
+    engines = {bridge.model: bridge}
+    with (
+        live_server(lambda: engines, portal=real_engine.portal, open_engines=False) as srv,
+        sync_playwright() as pw,
+    ):
+        browser, page = _open(pw, chromium_path, srv.url, errors)
+        try:
+            page.on(
+                "request",
+                lambda r: (
+                    posted.append(json.loads(r.post_data or "{}")) if r.method == "POST" else None
+                ),
+            )
+            expect(page.locator("#model option")).not_to_have_count(0)
+            page.click("#run")
+            expect(page.locator("#state")).to_have_text("done", timeout=240_000)
+            answer = page.locator("#answer").text_content() or ""
+            votes = page.locator(".vote b").all_text_contents()
+        finally:
+            browser.close()
+    (body,) = posted
+    assert body["messages"][-1]["content"] == QUESTION
+    assert body["collaboration"]["answer"] == {"choices": ["yes", "no"]}
+    assert votes and set(votes) <= {"yes", "no"}
+    assert answer in ("yes", "no") or answer.startswith("No answer won"), answer
+    assert errors == []
+    real_engine.assert_idle(30)

@@ -66,7 +66,7 @@ function requestBody() {
   const messages = [];
   const context = $("context").value;
   if (context.trim()) messages.push({ role: "system", content: context });
-  messages.push({ role: "user", content: $("question").value || $("question").placeholder });
+  messages.push({ role: "user", content: $("question").value });
   const collaboration = { mode, early_stop: $("early-stop").checked };
   const choices = $("choices").value.split(",").map((c) => c.trim()).filter(Boolean);
   if (choices.length && mode === "vote") collaboration.answer = { choices };
@@ -93,6 +93,11 @@ function requestBody() {
 async function run(event) {
   event.preventDefault();
   resetView();
+  if (!$("question").value.trim()) {
+    fail("Type a question first: the agents answer it.");
+    $("question").focus();
+    return;
+  }
   const body = requestBody();
   $("mode-label").textContent = body.collaboration.mode;
   setState("running", "running");
@@ -391,7 +396,17 @@ function onOutcome(outcome) {
 
 function showAnswer(text) {
   $("result").hidden = false;
-  $("answer").textContent = text;
+  const split = splitVote();
+  $("answer").classList.toggle("no-majority", split !== null);
+  // a vote whose leaders tie decided nothing: say so rather than announce one of them
+  $("answer").textContent = split === null ? text : "No answer won: the votes split " + split + ".";
+}
+
+// "1/1/1" when the leading answers of the vote tie (nothing won), else null.
+function splitVote() {
+  const counts = Object.values(view.votes).sort((a, b) => b - a);
+  if (counts.length < 2 || counts[0] !== counts[1]) return null;
+  return counts.join("/");
 }
 
 function row(table, cells, header, className) {
