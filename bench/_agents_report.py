@@ -322,13 +322,20 @@ def tables(data: dict[str, Any]) -> str:
     table = rows(data)
     scale = s.get("scale", {})
     engine = s.get("engine_settings", {})
+    loads = ", ".join(str(c.get("loadavg_before")) for c in data.get("cells", []))
+    where = (
+        machine_sentence(m)
+        if m
+        else "the run was interrupted before its machine record; each cell's load average "
+        f"before it: {loads}"
+    )
     lines = [
         f"Settings: engine {s.get('engine', '?')}, max_model_len {engine.get('max_model_len')}, "
         f"max_num_seqs {engine.get('max_num_seqs')}, {s.get('reps')} repetition(s), "
         f"up to {scale.get('max_tokens')} generated tokens per turn, scale: contexts "
         f"x{scale.get('context')}, turns x{scale.get('turns')}, "
         f"tool durations x{scale.get('time')}. "
-        f"Open-loop Poisson arrivals, paired across systems. Machine: {machine_sentence(m)}. "
+        f"Open-loop Poisson arrivals, paired across systems. Machine: {where}. "
         "Latency percentiles pool the repetitions' programs (nearest rank; a failed program "
         "counts as infinitely late); *x floor*: prompt tokens computed over the workload floor "
         "(each context, message and output once). *Pressure*: the nominal working set / cache "

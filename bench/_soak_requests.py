@@ -43,6 +43,8 @@ MIX: dict[str, int] = {
     "server_tool": 4,
     "client_tool": 4,
 }
+#: the chaos run adds sessions (``prompt_cache_key``) to the mix
+CHAOS_MIX: dict[str, int] = {**MIX, "session": 6}
 #: words of the warm-up's long prompts, min and max (~60 to ~3 100 tokens of the default model)
 FILL_WORDS = (60, 3000)
 FILL_INDEX = 2_000_000
@@ -233,6 +235,10 @@ def make_call(kind: str, i: int, cancel_after: float) -> Call:
             collaboration={"rounds": 1, "tools": ["lookup"], "tool_choice": "required"},
         )
         return Call(kind, body, variant="lookup")
+    if kind == "session":  # a two-turn session's first turn: retained for its next one
+        key = f"session-{i // 2}"
+        body = {**plain, "prompt_cache_key": key, "prompt_cache_options": {"ttl": "90s"}}
+        return Call(kind, body, variant="prompt_cache_key")
     if kind == "client_tool":
         body = {**plain, "tools": [WEATHER], "tool_choice": "required", "max_tokens": TOOL_TOKENS}
         return Call(kind, body, variant="get_weather")
@@ -340,7 +346,10 @@ async def send(client: Any, call: Call) -> tuple[str, str]:
         if not call.stream:
             timeout = call.timeout if call.timeout is not None else httpx.USE_CLIENT_DEFAULT
             r = await client.post(call.path, content=content, headers=headers, timeout=timeout)
-            return str(r.status_code), "" if r.status_code < 400 else r.text
+            if r.status_code < 400:
+                return str(r.status_code), ""
+            hint = r.headers.get("retry-after")  # a 429/503 says when to come back
+            return str(r.status_code), (f"retry-after={hint} " if hint else "") + r.text
         lines: list[str] = []
         async with client.stream("POST", call.path, content=content, headers=headers) as r:
             if r.status_code != 200:

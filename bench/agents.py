@@ -891,6 +891,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "scripted_timing": SCRIPTED_TIMING if args.engine == "scripted" else None,
             "configs": kept + mine,
         }
+        if "machine" not in data:  # an interrupted run keeps a record of where it ran
+            data["machine"] = machine(load, bool(args.force and load > 0.5), started)
         new = asyncio.run(run_plan(args, plan, data, path))
         session = machine(load, bool(args.force and load > 0.5), started)
         session["new_cells"] = new

@@ -37,7 +37,12 @@ section (``bench/_soak_report.py``). Exit status 1 when a check fails. Refuses
 to start when the 1-minute load average is above 0.5 (``--force`` overrides;
 the table says so).
 
-Usage: ``.venv/bin/python bench/soak.py [--quick] [--update]``.
+``--chaos`` (``bench/_soak_chaos.py``): ``--minutes`` of the same mix plus
+sessions while the EngineCore is SIGKILLed every 3–5 minutes, with its own
+checks (hung requests, 5xx outside the kill windows, streams cut without the
+error event, memory and descriptors after each recovery) and its own section.
+
+Usage: ``.venv/bin/python bench/soak.py [--quick | --chaos] [--update]``.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import _soak_chaos as C  # noqa: E402
 import _soak_report as R  # noqa: E402
 import _soak_requests as Q  # noqa: E402
 from _sections import machine  # noqa: E402
@@ -268,6 +274,36 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         samples.append(baseline)
         print(R.sample_line(baseline), flush=True)
 
+        if args.chaos:  # a fixed time of traffic while the engine is killed
+            async with _client(server.url, args.concurrency) as client:
+                chaos = await C.run_chaos(
+                    client,
+                    probe,
+                    pid,
+                    minutes=args.minutes,
+                    concurrency=args.concurrency,
+                    cancel_after=args.cancel_after,
+                    seed=args.seed,
+                    kill_every=(args.kill_every[0] * 60, args.kill_every[1] * 60),
+                    idle_sample=idle_sample,
+                )
+            summary = C.summarize(chaos, t0, baseline)
+            return {
+                "settings": {
+                    "engine": args.engine,
+                    "engine_args": args.engine_arg,
+                    "minutes": args.minutes,
+                    "kill_every_min": list(args.kill_every),
+                    "concurrency": args.concurrency,
+                    "cancel_after_s": args.cancel_after,
+                    "seed": args.seed,
+                    "mix": Q.CHAOS_MIX,
+                    "vllm": _vllm_version() if args.engine == "vllm" else None,
+                },
+                "server": {"command": " ".join(server.command[2:]), "start_s": round(start_s, 1)},
+                "chaos": summary,
+                "targets": C.chaos_targets(summary),
+            }
         calls = [
             Q.make_call(k, i, args.cancel_after)
             for i, k in enumerate(Q.schedule(args.requests, args.seed))
@@ -393,6 +429,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=3.0,
         help="the server's --session-ttl-max: idle waits until every retention ended",
     )
+    parser.add_argument(
+        "--chaos",
+        action="store_true",
+        help="--minutes of traffic while the EngineCore is SIGKILLed every --kill-every minutes",
+    )
+    parser.add_argument("--minutes", type=float, default=30.0, help="the chaos run's length")
+    parser.add_argument(
+        "--kill-every", type=float, nargs=2, default=(3.0, 5.0), metavar=("MIN", "MAX"),
+        help="minutes between engine kills, drawn uniformly (3 5)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
@@ -402,7 +448,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.requests = args.requests or (150 if args.quick else 2000)
     args.warmup = args.warmup if args.warmup is not None else (100 if args.quick else 200)
     args.every = args.every or (10 if args.quick else 50)
-    args.stem = "soak_quick" if args.quick else "soak"
+    args.stem = "soak_chaos" if args.chaos else ("soak_quick" if args.quick else "soak")
     scripted = args.engine == "scripted"
     if args.fill_tokens is None:
         args.fill_tokens = 0 if scripted else 60_000
@@ -421,6 +467,11 @@ def run(args: argparse.Namespace, load: float, forced: bool) -> dict[str, Any]:
     data = asyncio.run(main_async(args))
     data["machine"] = machine(load, forced, started)
     (args.out / f"{args.stem}.json").write_text(json.dumps(data, indent=1))
+    if args.chaos:
+        tables = C.chaos_tables(data)
+        (args.out / f"{args.stem}_tables.md").write_text(tables)
+        print(tables)
+        return data
     tables = R.tables(data)
     (args.out / f"{args.stem}_tables.md").write_text(tables)
     R.plot(data, args.out / f"{args.stem}.png")
@@ -435,6 +486,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load average {load:.2f} > 0.5: the machine is not quiet; refusing", file=sys.stderr)
         return 2
     data = run(args, load, bool(args.force and load > 0.5))
+    if args.chaos:
+        if args.update:
+            R.update_chaos_section(HERE.parent / "BENCHMARKS.md", C.chaos_tables(data))
+        return 0 if all(t["met"] for t in data["targets"]) else 1
     if args.update:
         png = f"bench/results/{args.stem}.png"
         R.update_benchmarks(HERE.parent / "BENCHMARKS.md", R.tables(data), png)

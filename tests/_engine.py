@@ -19,10 +19,8 @@ from typing import Any, TypeVar
 
 import attrs
 from anyio.from_thread import BlockingPortal, start_blocking_portal
-from microagent.engine_bridge import KVHandle
-from microagent.engine_bridge._lora import make_random_lora
-from microagent.engine_bridge._models import resolve_model
-from microagent.engine_bridge._vllm import VLLMBridge
+from microagent.engine_bridge import KVHandle, VLLMBridge, resolve_model
+from microagent.testing import make_random_lora
 
 T = TypeVar("T")
 

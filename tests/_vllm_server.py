@@ -11,7 +11,7 @@ import socket
 import sys
 from pathlib import Path
 
-from microagent.engine_bridge._models import resolve_model
+from microagent.engine_bridge import resolve_model
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 if str(BENCH) not in sys.path:

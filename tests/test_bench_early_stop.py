@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from microagent.collab import majority
-from microagent.collab._tally import StopRule, adaptive_vote
+from microagent.collab import StopRule, majority
+from microagent.collab._tally import adaptive_vote
 from microagent.engine_bridge import EngineRequest, ScriptedEngine
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"

@@ -10,9 +10,8 @@ from typing import Any
 import httpx
 import pytest
 from microagent.collab import AgentSpec, InvalidCollaboration, collaborate, prepare_collaboration
-from microagent.collab.modes import AutoConfig
+from microagent.collab.modes import AutoConfig, VoteConfig
 from microagent.collab.modes._auto import plan
-from microagent.collab.modes._vote import VoteConfig
 from microagent.engine_bridge import EngineRequest, ScriptedEngine
 from test_server_helpers import live_server, scripted
 

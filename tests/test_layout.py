@@ -188,3 +188,72 @@ def test_the_import_reader_sees_every_kind_of_import() -> None:
     assert "microagent.collab.Outcome" not in set(
         imports_in(source, "microagent.actors", runtime_only=True)
     )
+
+
+def own_unit(test: Path, private: str) -> bool:
+    """Whether ``test`` tests the private module ``private`` itself (their names share a
+    word: ``test_tools.py`` and ``_tool_calls``, ``test_collab_soft.py`` and ``_soft``)."""
+    words = test.stem.removeprefix("test_").split("_")
+    unit = private.lstrip("_").split("_")
+    return any(w.startswith(u) or u.startswith(w) for w in words for u in unit if u and w)
+
+
+#: Private names a test needs beyond its own unit, each with its reason.
+PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
+    ("strategies.py", "microagent.collab._debias.voter_order"): (
+        "property tests draw voters' orders exactly as the vote does"
+    ),
+    ("test_collab_properties.py", "microagent.collab._debias.voter_order"): "the same",
+    ("test_collab_properties.py", "microagent.collab._tally.adaptive_vote"): (
+        "the adaptive stop rules are checked against an independent model"
+    ),
+    ("test_collab_properties.py", "microagent.collab._tally.beta_majority_probability"): (
+        "the same"
+    ),
+    ("test_bench_early_stop.py", "microagent.collab._tally.adaptive_vote"): (
+        "the bench replays votes through the rule the mode uses"
+    ),
+    ("test_bench_agents_sim.py", "microagent.engine_bridge._step_cost.prefill_pairs"): (
+        "the simulator's cost model is calibrated on the attention pairs the double counts"
+    ),
+    ("test_mcp.py", "microagent.collab._tools.run_calls"): (
+        "MCP tools run through the agents' own call runner"
+    ),
+    ("test_params.py", "microagent.server._schemas.REFUSED_PARAMETERS"): (
+        "every parameter of the installed SDK is either honoured or in this table"
+    ),
+    ("test_server_faults.py", "microagent.server._sse.SSEResponse"): (
+        "a producer that fails must still end its stream with the error event"
+    ),
+    ("test_server_faults.py", "microagent.server._retry.engine_cause"): (
+        "engine-loss classification, unit by unit"
+    ),
+    ("test_server_faults.py", "microagent.server._retry.death_counts"): "the same",
+    ("test_server_faults.py", "microagent.server._retry.died_since"): "the same",
+    ("test_server_faults.py", "microagent.server._retry.EngineLost"): "the same",
+    ("test_server_faults.py", "microagent.server._retry.run_retrying"): "the same",
+    ("test_server_remote.py", "microagent.server._cli.build_parser"): (
+        "the CLI's remote options (the CLI has no Python API)"
+    ),
+    ("test_server_remote.py", "microagent.server._cli.main"): "the same",
+}
+
+
+def test_tests_import_public_names_but_for_their_own_unit() -> None:
+    """A test reaches the package through its public API; only the test of a private
+    module's own unit imports that module, and ``PRIVATE_ALLOWED`` lists the rest with
+    their reasons (``tests/_*.py`` helpers count as users of the public API)."""
+    strays = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for name in imports(path, runtime_only=False):
+            private = [p for p in name.split(".")[1:-1] if p.startswith("_")]
+            allowed = (path.name, name) in PRIVATE_ALLOWED
+            if private and not own_unit(path, private[-1]) and not allowed:
+                strays.append(f"{path.name}: {name}")
+    assert strays == []
+
+
+def test_the_public_import_rule_can_fail() -> None:
+    assert own_unit(Path("test_tools.py"), "_tool_calls")
+    assert own_unit(Path("test_collab_soft.py"), "_soft")
+    assert not own_unit(Path("test_openapi.py"), "_scripted")

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from microagent.collab import agent_field_rules
-from microagent.engine_bridge._scripted import ScriptedEngine
 from microagent.server import ServerLimits, create_app
+from microagent.testing import ScriptedEngine
 from starlette.testclient import TestClient
 from strategies import chat_request_bodies
 

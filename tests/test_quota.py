@@ -9,8 +9,7 @@ import anyio
 import httpx
 import pytest
 from microagent.collab import largest_turn, prepare_collaboration, worst_case_tokens
-from microagent.server import ServerLimits
-from microagent.server._errors import ApiError
+from microagent.server import ApiError, ServerLimits
 from microagent.server._quota import WINDOW_SECONDS, KeyQuota, Quotas, key_id
 from test_server_helpers import LiveServer, eventually, live_server, scripted
 

@@ -22,9 +22,9 @@ import anyio
 import httpx
 import pytest
 from microagent.collab import Tool
-from microagent.engine_bridge._scripted import ScriptedEngine
-from microagent.server import ServerLimits, create_app
-from microagent.server._sse import EventBuffer, SSEResponse
+from microagent.server import EventBuffer, ServerLimits, create_app
+from microagent.server._sse import SSEResponse
+from microagent.testing import ScriptedEngine
 from test_server_helpers import eventually, live_server
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ import uvicorn
 from microagent.collab import Tool
 from microagent.collab.trace import OtlpTracing
 from microagent.engine_bridge import EngineBridge
-from microagent.engine_bridge._scripted import ScriptedEngine
 from microagent.server import ServerLimits, SessionSettings, create_app
+from microagent.testing import ScriptedEngine
 
 
 class LiveServer:

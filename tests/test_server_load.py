@@ -7,8 +7,8 @@ import asyncio
 import anyio
 import httpx
 import pytest
-from microagent.engine_bridge._scripted import ScriptedEngine
 from microagent.server import ServerLimits, create_app
+from microagent.testing import ScriptedEngine
 
 
 @pytest.mark.anyio

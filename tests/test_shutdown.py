@@ -22,9 +22,9 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from microagent.engine_bridge._scripted import ScriptedEngine
 from microagent.server import create_app
 from microagent.server._shutdown import Drain
+from microagent.testing import ScriptedEngine
 from test_server_helpers import eventually
 
 USER = [{"role": "user", "content": "Is the answer yes or no?"}]

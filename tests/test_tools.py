@@ -25,7 +25,7 @@ from microagent.engine_bridge._tool_calls import (
     CALL_OPEN,
     MAX_PARALLEL_CALLS,
 )
-from microagent.server._errors import ApiError
+from microagent.server import ApiError
 from microagent.server._tools import tool_plan
 from test_server_helpers import LiveServer, live_server, scripted
 
