@@ -62,6 +62,8 @@ class Chaos:
     records: list[Record] = field(default_factory=list)
     kills: list[dict[str, Any]] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
+    #: when the traffic began (monotonic): kills' ``t_s`` count from here
+    t0: float = 0.0
 
 
 def engine_core(pid: int) -> int | None:
@@ -106,7 +108,7 @@ async def run_chaos(
     """Drive the mix for ``minutes`` and kill the engine every ``kill_every`` seconds."""
     chaos = Chaos()
     rng = random.Random(seed)
-    t0 = time.monotonic()
+    t0 = chaos.t0 = time.monotonic()
     deadline = t0 + minutes * 60
     open_gate = asyncio.Event()
     open_gate.set()
@@ -173,8 +175,10 @@ def windows(chaos: Chaos, t0: float) -> list[tuple[float, float]]:
     return out
 
 
-def summarize(chaos: Chaos, t0: float, baseline: dict[str, Any]) -> dict[str, Any]:
-    """The chaos run as JSON: counts, the checks' measures, the kills and the samples."""
+def summarize(chaos: Chaos, baseline: dict[str, Any]) -> dict[str, Any]:
+    """The chaos run as JSON: counts, the checks' measures, the kills, the samples and every
+    request's record (so the checks can be recomputed from the file)."""
+    t0 = chaos.t0
     spans = windows(chaos, t0)
 
     def in_window(r: Record) -> bool:
@@ -222,6 +226,10 @@ def summarize(chaos: Chaos, t0: float, baseline: dict[str, Any]) -> dict[str, An
         "baseline": baseline,
         "samples": chaos.samples,
         "drift": drift,
+        "records": [
+            [r.kind, r.stream, round(r.start - t0, 3), round(r.end - t0, 3), r.outcome, r.detail]
+            for r in chaos.records
+        ],
     }
 
 

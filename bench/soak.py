@@ -287,7 +287,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     kill_every=(args.kill_every[0] * 60, args.kill_every[1] * 60),
                     idle_sample=idle_sample,
                 )
-            summary = C.summarize(chaos, t0, baseline)
+            summary = C.summarize(chaos, baseline)
             return {
                 "settings": {
                     "engine": args.engine,
@@ -403,7 +403,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="150 requests after 100 of warm-up")
     parser.add_argument("--requests", type=int, default=None, help="measured requests (2000)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up requests (200)")
-    parser.add_argument("--concurrency", type=int, default=6, help="clients at once (6)")
+    parser.add_argument(
+        "--concurrency", type=int, default=None, help="clients at once (6; 8 with --chaos)"
+    )
     parser.add_argument("--every", type=int, default=None, help="requests per sample (50)")
     parser.add_argument("--engine", choices=("vllm", "scripted"), default="vllm")
     parser.add_argument(
@@ -448,6 +450,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.requests = args.requests or (150 if args.quick else 2000)
     args.warmup = args.warmup if args.warmup is not None else (100 if args.quick else 200)
     args.every = args.every or (10 if args.quick else 50)
+    args.concurrency = args.concurrency or (8 if args.chaos else 6)
     args.stem = "soak_chaos" if args.chaos else ("soak_quick" if args.quick else "soak")
     scripted = args.engine == "scripted"
     if args.fill_tokens is None:

@@ -84,36 +84,41 @@ COMPLETION_SCHEMA: dict[str, Any] = {
 }
 
 
-#: One SSE event (Open API before 3.2: ``schema`` describes each event of a stream).
-_EVENT: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "data": {
-            "anyOf": [
-                {"const": "[DONE]"},
-                {
-                    "type": "string",
-                    "contentMediaType": "application/json",
-                    "contentSchema": {
-                        "type": "object",
-                        "description": "a chat.completion.chunk, or an error before [DONE]",
-                        "anyOf": [
-                            {
-                                "properties": {
-                                    "object": {"const": "chat.completion.chunk"},
-                                    "choices": {"type": "array"},
-                                },
-                                "required": ["id", "object", "model", "choices"],
-                            },
-                            {"required": ["error"]},
-                        ],
+def _sse_event(description: str, event: dict[str, Any]) -> dict[str, Any]:
+    """One SSE event of a stream (Open API before 3.2: ``schema`` describes each event):
+    ``[DONE]``, an ``event`` as JSON, or an error before ``[DONE]``."""
+    return {
+        "type": "object",
+        "properties": {
+            "data": {
+                "anyOf": [
+                    {"const": "[DONE]"},
+                    {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": {
+                            "type": "object",
+                            "description": description,
+                            "anyOf": [event, {"required": ["error"]}],
+                        },
                     },
-                },
-            ]
-        }
+                ]
+            }
+        },
+        "required": ["data"],
+    }
+
+
+_EVENT = _sse_event(
+    "a chat.completion.chunk, or an error before [DONE]",
+    {
+        "properties": {
+            "object": {"const": "chat.completion.chunk"},
+            "choices": {"type": "array"},
+        },
+        "required": ["id", "object", "model", "choices"],
     },
-    "required": ["data"],
-}
+)
 
 
 def completion_responses() -> dict[int | str, dict[str, Any]]:
@@ -184,28 +189,10 @@ RESPONSE_SCHEMA: dict[str, Any] = {
 }
 
 #: One event of a streamed response: a typed, numbered event, an error, or ``[DONE]``.
-_RESPONSE_EVENT: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "data": {
-            "anyOf": [
-                {"const": "[DONE]"},
-                {
-                    "type": "string",
-                    "contentMediaType": "application/json",
-                    "contentSchema": {
-                        "type": "object",
-                        "anyOf": [
-                            {"required": ["type", "sequence_number"]},
-                            {"required": ["error"]},
-                        ],
-                    },
-                },
-            ]
-        }
-    },
-    "required": ["data"],
-}
+_RESPONSE_EVENT = _sse_event(
+    "a response.* event, or an error before [DONE]",
+    {"required": ["type", "sequence_number"]},
+)
 
 
 def response_responses() -> dict[int | str, dict[str, Any]]:

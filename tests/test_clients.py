@@ -26,7 +26,7 @@ import pytest
 from _engine import RealEngine
 from microagent.collab.trace import otlp_tracing
 from microagent.server import ServerLimits
-from test_server_helpers import LiveServer, live_server
+from test_server_helpers import LiveServer, real_server
 
 pytestmark = [pytest.mark.engine, pytest.mark.clients]
 
@@ -64,13 +64,7 @@ def peer() -> Path:
 
 @pytest.fixture(scope="module")
 def server(real_engine: RealEngine) -> Iterator[LiveServer]:
-    bridge = real_engine.bridge
-    with live_server(
-        lambda: {bridge.model: bridge},
-        portal=real_engine.portal,
-        open_engines=False,
-        limits=ServerLimits(max_concurrent_collaborations=8),
-    ) as srv:
+    with real_server(real_engine, limits=ServerLimits(max_concurrent_collaborations=8)) as srv:
         yield srv
     real_engine.assert_idle(30)
 
@@ -176,14 +170,8 @@ def test_a_collaborations_trace_reaches_a_real_collector(
     the collaboration, an agent span per voter under it, a chat span per request under
     those, and the tokens the response reported."""
     tracing = otlp_tracing(phoenix)
-    bridge = real_engine.bridge
     try:
-        with live_server(
-            lambda: {bridge.model: bridge},
-            portal=real_engine.portal,
-            open_engines=False,
-            tracing=tracing,
-        ) as srv:
+        with real_server(real_engine, tracing=tracing) as srv:
             r = httpx.post(
                 f"{srv.url}/v1/chat/completions",
                 json={

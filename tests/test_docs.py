@@ -50,6 +50,7 @@ OWNED_PAGES = (
     "modes/cascade.md",
     "modes/custom.md",
     "remote.md",
+    "observability.md",
 )
 
 _USES_VLLM = re.compile(r"^[^#\n]*\bVLLMBridge\b", re.MULTILINE)  # outside comments

@@ -123,6 +123,14 @@ async def _wait_started(server: uvicorn.Server) -> None:
     await eventually(lambda: server.started, 30)
 
 
+def real_server(real_engine: Any, **kwargs: Any) -> contextlib.AbstractContextManager[LiveServer]:
+    """``live_server`` over the test session's shared real engine (left open afterwards)."""
+    bridge = real_engine.bridge
+    return live_server(
+        lambda: {bridge.model: bridge}, portal=real_engine.portal, open_engines=False, **kwargs
+    )
+
+
 def scripted(**kwargs: Any) -> Callable[[], Mapping[str, EngineBridge]]:
     """A factory of one ScriptedEngine served as ``scripted``."""
     return lambda: {"scripted": ScriptedEngine(**kwargs)}

@@ -17,7 +17,7 @@ import openai
 import pytest
 from _engine import RealEngine
 from microagent.server import ServerLimits
-from test_server_helpers import LiveServer, eventually, live_server
+from test_server_helpers import LiveServer, eventually, real_server
 
 pytestmark = pytest.mark.engine
 
@@ -34,13 +34,7 @@ DEBATE = {
 
 @pytest.fixture(scope="module")
 def server(real_engine: RealEngine) -> Iterator[LiveServer]:
-    bridge = real_engine.bridge
-    with live_server(
-        lambda: {bridge.model: bridge},
-        portal=real_engine.portal,
-        open_engines=False,
-        limits=ServerLimits(max_concurrent_collaborations=64),
-    ) as srv:
+    with real_server(real_engine, limits=ServerLimits(max_concurrent_collaborations=64)) as srv:
         yield srv
 
 

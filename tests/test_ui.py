@@ -24,7 +24,7 @@ import httpx
 import pytest
 from microagent.engine_bridge import EngineRequest
 from microagent.testing import ScriptedEngine
-from test_server_helpers import LiveServer, live_server
+from test_server_helpers import LiveServer, live_server, real_server
 
 if TYPE_CHECKING:
     from _engine import RealEngine
@@ -282,12 +282,10 @@ def test_an_untouched_first_run_on_the_real_engine_votes_on_the_shown_choices(
     page shows are what is sent, and the page announces a choice (or that none won)."""
     from playwright.sync_api import expect, sync_playwright
 
-    bridge = real_engine.bridge
     posted: list[dict[str, Any]] = []
     errors: list[str] = []
-    engines = {bridge.model: bridge}
     with (
-        live_server(lambda: engines, portal=real_engine.portal, open_engines=False) as srv,
+        real_server(real_engine) as srv,
         sync_playwright() as pw,
     ):
         browser, page = _open(pw, chromium_path, srv.url, errors)

@@ -126,9 +126,27 @@ def _us(seconds: float) -> float:
     return round(seconds * _US, 3)
 
 
+@attrs.define
+class _Folded:
+    """A collaboration's events folded into what the trace shows."""
+
+    roles: dict[str, str]
+    first_seen: dict[str, int]
+    turns: list[_Turn]
+    instants: list[dict[str, Any]]
+    pruned: set[str]
+    end: float
+
+
 def _build_trace(
     events: Sequence[CollaborationEvent], mode: str | None, outcome: Outcome | None
 ) -> dict[str, Any]:
+    """The trace-event JSON: the events folded (``_fold``), then written (``_write``)."""
+    return _write(_fold(events, outcome), events, mode, outcome)
+
+
+def _fold(events: Sequence[CollaborationEvent], outcome: Outcome | None) -> _Folded:
+    """Each agent's turns (start/finish pairs), the instant marks and who was pruned."""
     roles: dict[str, str] = {}
     first_seen: dict[str, int] = {}
     turns: list[_Turn] = []
@@ -210,7 +228,24 @@ def _build_trace(
     for turn in turns:
         if turn.finish_reason == "pruned":
             pruned.add(turn.agent)
+    return _Folded(roles, first_seen, turns, instants, pruned, end)
 
+
+def _write(
+    folded: _Folded,
+    events: Sequence[CollaborationEvent],
+    mode: str | None,
+    outcome: Outcome | None,
+) -> dict[str, Any]:
+    """The folded collaboration as trace events: a track per agent, its turns and phases."""
+    roles, first_seen, turns, instants, pruned, end = (
+        folded.roles,
+        folded.first_seen,
+        folded.turns,
+        folded.instants,
+        folded.pruned,
+        folded.end,
+    )
     # tracks: grouped by role (in order of first appearance), agents in natural order
     role_rank: dict[str, int] = {}
     for seen in sorted(first_seen, key=first_seen.__getitem__):

@@ -6,6 +6,8 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from ._recorder import _COLLAB_TID, _US, PHASES, TraceRecorder
 
 if TYPE_CHECKING:
@@ -36,10 +38,39 @@ def plot_timeline(
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
 
     data = trace.to_chrome_trace() if isinstance(trace, TraceRecorder) else trace
+    t = _extract(data)
+    fig = Figure(figsize=(10.0, 1.6 + 0.45 * max(len(t.order), 1)), layout="constrained")
+    FigureCanvasAgg(fig)
+    _draw(fig, fig.add_subplot(), t)
+    if path is not None:
+        fig.savefig(path, format="png", dpi=120)
+    return fig
+
+
+@attrs.define
+class _Timeline:
+    """What the figure shows, read from a trace's events (times already in ``unit``)."""
+
+    meta: Mapping[str, Any]
+    lanes: dict[int, Mapping[str, Any]]
+    order: list[int]
+    row: dict[int, int]
+    total: float
+    scale: float
+    unit: str
+    pruned_lanes: set[int]
+    segments: dict[tuple[int, str], list[tuple[float, float]]]
+    failed: dict[int, list[tuple[float, float]]]
+    turn_labels: dict[int, list[tuple[tuple[float, float], str]]]
+    marks: list[tuple[float, int]]
+    votes: list[tuple[float, int]]
+    vlines: list[tuple[float, str, str]]
+
+
+def _extract(data: Mapping[str, Any]) -> _Timeline:
+    """The lanes, turns, phases and marks of a trace dict (``to_chrome_trace()``'s form)."""
     events: list[Mapping[str, Any]] = list(data.get("traceEvents", ()))
     meta: Mapping[str, Any] = data.get("metadata", {}) or {}
     lanes: dict[int, Mapping[str, Any]] = {
@@ -65,10 +96,6 @@ def plot_timeline(
     def x(ts_us: float) -> float:
         return ts_us / _US * scale
 
-    fig = Figure(figsize=(10.0, 1.6 + 0.45 * max(len(order), 1)), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax: Axes = fig.add_subplot()
-    height = 0.6
     pruned_lanes: set[int] = {tid for tid, args in lanes.items() if args.get("pruned")}
     segments: dict[tuple[int, str], list[tuple[float, float]]] = {}
     failed: dict[int, list[tuple[float, float]]] = {}
@@ -87,26 +114,6 @@ def plot_timeline(
             turn_labels.setdefault(int(e["tid"]), []).append((span, str(e["name"])))
             failed.setdefault(int(e["tid"]), []).append(span)
             pruned_lanes.add(int(e["tid"]))
-    for (tid, phase), spans in segments.items():
-        ax.broken_barh(
-            spans,
-            (row[tid] - height / 2, height),
-            facecolors=PHASE_COLORS.get(phase, "#999999"),
-            edgecolor="white",
-            linewidth=0.5,
-            label=f"_phase {phase}",
-        )
-    for tid, spans in failed.items():
-        ax.broken_barh(
-            spans,
-            (row[tid] - height / 2, height),
-            facecolors="none",
-            edgecolor=PRUNED_COLOR,
-            hatch="////",
-            linewidth=1.0,
-            label="_pruned",
-        )
-
     marks: list[tuple[float, int]] = []
     votes: list[tuple[float, int]] = []
     tid_of_agent = {str(args.get("agent")): tid for tid, args in lanes.items()}
@@ -126,6 +133,59 @@ def plot_timeline(
             vlines.append((at, f"round {e.get('args', {}).get('round', '')} done", "#555555"))
         elif name == "final":
             vlines.append((at, "final", FINAL_COLOR))
+    return _Timeline(
+        meta=meta,
+        lanes=lanes,
+        order=order,
+        row=row,
+        total=total,
+        scale=scale,
+        unit=unit,
+        pruned_lanes=pruned_lanes,
+        segments=segments,
+        failed=failed,
+        turn_labels=turn_labels,
+        marks=marks,
+        votes=votes,
+        vlines=vlines,
+    )
+
+
+def _draw(fig: Figure, ax: Axes, t: _Timeline) -> None:
+    """Draw ``t`` on ``ax`` (bars, marks, lines, labels) and its legend on ``fig``."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    row, total, scale, unit, order = t.row, t.total, t.scale, t.unit, t.order
+    lanes, pruned_lanes, failed, marks, votes, vlines = (
+        t.lanes,
+        t.pruned_lanes,
+        t.failed,
+        t.marks,
+        t.votes,
+        t.vlines,
+    )
+    height = 0.6
+    for (tid, phase), spans in t.segments.items():
+        ax.broken_barh(
+            spans,
+            (row[tid] - height / 2, height),
+            facecolors=PHASE_COLORS.get(phase, "#999999"),
+            edgecolor="white",
+            linewidth=0.5,
+            label=f"_phase {phase}",
+        )
+    for tid, spans in failed.items():
+        ax.broken_barh(
+            spans,
+            (row[tid] - height / 2, height),
+            facecolors="none",
+            edgecolor=PRUNED_COLOR,
+            hatch="////",
+            linewidth=1.0,
+            label="_pruned",
+        )
+
     if marks:
         ax.plot(
             [m[0] for m in marks],
@@ -174,7 +234,7 @@ def plot_timeline(
             va="bottom",
             ha="right" if right else "left",
         )
-    for lane, labelled in turn_labels.items():  # each turn's label, where the bar is wide enough
+    for lane, labelled in t.turn_labels.items():  # each turn's label, where the bar is wide enough
         for (start, width), label in labelled:
             if width > 0.07 * total * scale:
                 ax.text(
@@ -208,9 +268,9 @@ def plot_timeline(
     ax.set_xlabel(f"time since the collaboration started ({unit})")
     ax.grid(axis="x", color="#eeeeee", zorder=0)
     ax.set_axisbelow(True)
-    mode = meta.get("mode") or "collaboration"
+    mode = t.meta.get("mode") or "collaboration"
     title = f"{mode}: {len(order)} agents, {total * scale:.3g} {unit}"
-    answer = meta.get("answer")
+    answer = t.meta.get("answer")
     if isinstance(answer, str) and answer.strip():
         short = " ".join(answer.split())
         if len(short) > 48:
@@ -253,6 +313,3 @@ def plot_timeline(
         fontsize=8,
         frameon=False,
     )
-    if path is not None:
-        fig.savefig(path, format="png", dpi=120)
-    return fig
