@@ -352,11 +352,43 @@ def retention_engine_args(budget: float, ttl: float | None, prefill_rate: float)
     return {"scheduler_cls": RetainingScheduler, "additional_config": {CONFIG_KEY: settings}}
 
 
+#: how often a pending utility call looks whether its EngineCore is still alive (seconds)
+UTILITY_POLL_S = 0.25
+
+
+class UtilityLost(Exception):
+    """The EngineCore died with a utility call in flight; its answer will never come."""
+
+
+async def call_utility(engine: Any, method: str, *args: Any) -> Any:
+    """``engine_core.call_utility_async``, ended when the EngineCore dies meanwhile.
+
+    vLLM (0.32) never resolves a utility call's future once its EngineCore process is
+    gone: a release or a statistics call sent just before a SIGKILL waited forever
+    (in the chaos soak, under a shielded clean-up, so the collaboration never ended).
+    This waits for the answer while the engine is alive, and raises ``UtilityLost``
+    as soon as vLLM's process monitor flags it dead.
+    """
+    import asyncio
+
+    call = asyncio.ensure_future(engine.engine_core.call_utility_async(method, *args))
+    try:
+        while True:
+            done, _ = await asyncio.wait({call}, timeout=UTILITY_POLL_S)
+            if done:
+                return call.result()
+            if engine_errored(engine):
+                raise UtilityLost(f"the EngineCore died during {method}")
+    finally:
+        if not call.done():
+            call.cancel()
+
+
 async def expire_retentions(engine: Any) -> float | None:
     """End the EngineCore's expired retentions; seconds until the next one ends (None: never)."""
     from ._vllm_retention import EXPIRE_UTILITY
 
-    due = await engine.engine_core.call_utility_async(EXPIRE_UTILITY)
+    due = await call_utility(engine, EXPIRE_UTILITY)
     return None if due is None else float(due)
 
 
@@ -364,14 +396,14 @@ async def release_retentions(engine: Any, keys: list[str], prefix: str | None) -
     """End retentions in the EngineCore (a utility call between engine steps)."""
     from ._vllm_retention import RELEASE_UTILITY
 
-    return await engine.engine_core.call_utility_async(RELEASE_UTILITY, keys, prefix)
+    return await call_utility(engine, RELEASE_UTILITY, keys, prefix)
 
 
 async def retention_stats(engine: Any) -> Any:
     """The EngineCore's retention statistics (a dict of ``RetentionStats`` fields)."""
     from ._vllm_retention import STATS_UTILITY
 
-    return await engine.engine_core.call_utility_async(STATS_UTILITY)
+    return await call_utility(engine, STATS_UTILITY)
 
 
 def lora_request(name: str, int_id: int, path: str) -> Any:

@@ -7,6 +7,8 @@ retained handle with an identical unretained one under the same flood.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import uuid
@@ -191,6 +193,40 @@ def test_salted_tenants_never_share_blocks_and_a_salted_session_survives_a_flood
     assert other.cached_tokens == 0
     assert again.cached_tokens == full_blocks(again.prompt) and not again.cache_miss
     assert unsalted.cached_tokens == 0  # the shared cache never saw alpha's blocks
+
+
+def test_a_utility_call_the_killed_engine_never_answers_still_ends(
+    real_engine: RealEngine,
+) -> None:
+    """The EngineCore is stopped with a release in flight, then killed: vLLM never answers
+    that call, and before ``call_utility`` ended it the release (under the shielded clean-up
+    of a collaboration) waited forever; now it ends once vLLM sees the engine dead."""
+    bridge = small_bridge()
+
+    async def run() -> tuple[int | None, GenerationResult]:
+        async with bridge:
+            prompt = _fork(bridge, _context(bridge, 200), "One word?")
+            await bridge.generate(prompt, ONE, retain=Retain("test/dying"))
+            pids = bridge.engine_core_pids()
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)  # it takes no message from now on
+            engine: Any = bridge._engine
+            release = asyncio.ensure_future(bridge.release("test/dying"))
+            with anyio.fail_after(30):  # the call is in flight: its future is registered
+                while not engine.engine_core.utility_results:  # noqa: ASYNC110 - no event there
+                    await asyncio.sleep(0.01)
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            released: int | None = None
+            with anyio.fail_after(60):
+                with contextlib.suppress(Exception):  # the engine died: nothing to release
+                    released = await release
+            after = await bridge.generate(prompt, ONE)  # the bridge restarted its engine
+            return released, after
+
+    released, after = call(real_engine, run)
+    assert released in (None, 0)
+    assert after.finish_reason in ("stop", "length") and bridge.epoch == 1
 
 
 def test_a_ttl_ends_on_an_idle_engine(real_engine: RealEngine, small: VLLMBridge) -> None:
