@@ -121,19 +121,28 @@ _EVENT = _sse_event(
 )
 
 
-def completion_responses() -> dict[int | str, dict[str, Any]]:
-    """The ``200`` entry of ``POST /v1/chat/completions``: JSON, or an SSE stream."""
+def _ok(description: str, body: dict[str, Any], event: dict[str, Any]) -> dict[int | str, Any]:
+    """A route's ``200``: a JSON ``body``, or (``stream: true``) an SSE stream of ``event``s."""
     return {
         200: {
-            "description": "A chat.completion object; with stream: true, an SSE stream of "
-            "chat.completion.chunk events ending with `data: [DONE]` (an `error` event "
-            "before it if the request failed after the stream started)",
+            "description": description,
             "content": {
-                "application/json": {"schema": COMPLETION_SCHEMA},
-                "text/event-stream": {"schema": _EVENT},
+                "application/json": {"schema": body},
+                "text/event-stream": {"schema": event},
             },
         }
     }
+
+
+def completion_responses() -> dict[int | str, dict[str, Any]]:
+    """The ``200`` entry of ``POST /v1/chat/completions``: JSON, or an SSE stream."""
+    return _ok(
+        "A chat.completion object; with stream: true, an SSE stream of "
+        "chat.completion.chunk events ending with `data: [DONE]` (an `error` event "
+        "before it if the request failed after the stream started)",
+        COMPLETION_SCHEMA,
+        _EVENT,
+    )
 
 
 def health_responses() -> dict[int | str, dict[str, Any]]:
@@ -197,14 +206,10 @@ _RESPONSE_EVENT = _sse_event(
 
 def response_responses() -> dict[int | str, dict[str, Any]]:
     """The ``200`` entry of ``POST /v1/responses``: a ``response`` object, or its events."""
-    return {
-        200: {
-            "description": "A response object; with stream: true, an SSE stream of "
-            "response.* events (response.created … response.completed), ending with "
-            "`data: [DONE]` (an `error` event before it if the request failed)",
-            "content": {
-                "application/json": {"schema": RESPONSE_SCHEMA},
-                "text/event-stream": {"schema": _RESPONSE_EVENT},
-            },
-        }
-    }
+    return _ok(
+        "A response object; with stream: true, an SSE stream of response.* events "
+        "(response.created … response.completed), ending with `data: [DONE]` (an `error` "
+        "event before it if the request failed)",
+        RESPONSE_SCHEMA,
+        _RESPONSE_EVENT,
+    )
