@@ -63,9 +63,7 @@ async def complete(
         return None
     except Exception as exc:
         raise engine_error(exc, hint) from None
-    prompt_tokens = sum(r.prompt_tokens for r in results)
-    cached = sum(r.cached_tokens for r in results)
-    completion = sum(r.completion_tokens for r in results)
+    prompt_tokens, cached, completion = used_tokens(results)
     admitted.settle(prompt_tokens + completion)  # what it used, not its worst case
     top = body.top_logprobs or 0
     choices = [choice(bridge, i, r, plan.tools, top) for i, r in enumerate(results)]
