@@ -95,8 +95,13 @@ IN_PROCESS = "microagent"
 MICROAGENT_HTTP = ("microagent-http", "microagent-http-nokey")
 VLLM_SERVERS = ("vllm", "vllm-priority")
 SYSTEMS = (IN_PROCESS, *MICROAGENT_HTTP, *VLLM_SERVERS)
-#: Engine settings every system gets (the model's own context: SmolLM2-135M's 8 192).
+DEFAULT_SYSTEMS = (IN_PROCESS, "microagent-http", *VLLM_SERVERS)
+#: Engine settings every system gets; ``max_model_len`` is the ceiling (SmolLM2-135M's own
+#: context, 8 192): a run sizes it to the longest program its scaled shapes can make
+#: (``engine_settings``), since vLLM's cache cannot go below one such sequence.
 ENGINE: dict[str, int] = {"max_num_seqs": 16, "max_model_len": 8192, "max_num_batched_tokens": 2048}
+#: Tokens above a shape's context cap that a sequence may take (chat template, the output).
+MODEL_LEN_MARGIN = 128
 #: The ScriptedEngine's timings (``--engine scripted``), seconds per token.
 SCRIPTED_TIMING: dict[str, float] = {
     "prefill_time_per_token": 0.0002,
@@ -118,6 +123,14 @@ QUICK_RATES = {"bfcl": (8.0, 16.0), "swe": (6.0, 12.0)}
 #: Programs per cell: about ``WINDOW_MIN`` minutes of arrivals, at least ``MIN_PROGRAMS``.
 WINDOW_MIN, MIN_PROGRAMS, QUICK_PROGRAMS = 2.0, 4, 4
 QUICK_SCALE = P.Scale(context=0.3, turns=0.5, time=0.25, max_tokens=16)
+#: The full run on a CPU engine (the platform's 128-token blocks): the shapes' turn counts
+#: and tool distributions' form, contexts x0.3, tools x0.5, 16 tokens a turn, 6 programs a
+#: cell, rates where the SWE shape's working set exceeds the cache at 1.6x. At the shapes'
+#: own scale a SWE program takes 4-9 minutes on 2 cores once the engine is loaded, and
+#: the grid would take ~7 hours (measured: two cells of 8 programs took 8 and 13 min).
+CPU_SCALE = P.Scale(context=0.3, turns=1.0, time=0.5, max_tokens=16)
+CPU_RATES = {"bfcl": (6.0, 9.0, 12.0, 16.0), "swe": (3.0, 4.5, 6.0, 8.0)}
+CPU_PROGRAMS = 6
 
 
 # -- the systems -----------------------------------------------------------------------------
@@ -134,8 +147,8 @@ class InProcess:
 
     name = IN_PROCESS
 
-    def __init__(self, engine: str, blocks: int) -> None:
-        self.engine, self.blocks = engine, blocks
+    def __init__(self, engine: str, blocks: int, settings: dict[str, int]) -> None:
+        self.engine, self.blocks, self.settings = engine, blocks, settings
         self.bridge: Any = None
 
     async def open(self) -> None:
@@ -145,7 +158,7 @@ class InProcess:
             self.bridge = ScriptedEngine(
                 num_blocks=self.blocks,
                 block_size=SCRIPTED_BLOCK,
-                max_num_seqs=ENGINE["max_num_seqs"],
+                max_num_seqs=self.settings["max_num_seqs"],
                 history_limit=64,
                 **SCRIPTED_TIMING,
             )
@@ -155,9 +168,9 @@ class InProcess:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
             self.bridge = VLLMBridge(
                 "default",
-                max_num_seqs=ENGINE["max_num_seqs"],
-                max_model_len=ENGINE["max_model_len"],
-                max_num_batched_tokens=ENGINE["max_num_batched_tokens"],
+                max_num_seqs=self.settings["max_num_seqs"],
+                max_model_len=self.settings["max_model_len"],
+                max_num_batched_tokens=self.settings["max_num_batched_tokens"],
                 engine_args={"num_gpu_blocks_override": self.blocks},
                 progress=False,
             )
@@ -344,8 +357,11 @@ VLLM_METRICS = ("vllm:num_preemptions_total", "vllm:request_queue_time_seconds_s
 class MicroagentHttp:
     """``microagent serve`` as a child process and a ``ChatLoop`` against it."""
 
-    def __init__(self, name: str, engine: str, blocks: int, log: Path) -> None:
+    def __init__(
+        self, name: str, engine: str, blocks: int, settings: dict[str, int], log: Path
+    ) -> None:
         self.name, self.engine, self.blocks, self.log = name, engine, blocks, log
+        self.settings = settings
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -355,13 +371,13 @@ class MicroagentHttp:
         command = [sys.executable, "-m", "microagent", "serve", "--port", str(self.port)]
         if self.engine == "scripted":
             command += ["--engine", "scripted"]
-            args = {"num_blocks": self.blocks, "max_num_seqs": ENGINE["max_num_seqs"]}
+            args = {"num_blocks": self.blocks, "max_num_seqs": self.settings["max_num_seqs"]}
             args |= SCRIPTED_TIMING
         else:
             command += [
-                "--max-num-seqs", str(ENGINE["max_num_seqs"]),
-                "--max-model-len", str(ENGINE["max_model_len"]),
-                "--max-num-batched-tokens", str(ENGINE["max_num_batched_tokens"]),
+                "--max-num-seqs", str(self.settings["max_num_seqs"]),
+                "--max-model-len", str(self.settings["max_model_len"]),
+                "--max-num-batched-tokens", str(self.settings["max_num_batched_tokens"]),
             ]  # fmt: skip
             args = {"num_gpu_blocks_override": self.blocks}
         for key, value in args.items():
@@ -401,8 +417,8 @@ class MicroagentHttp:
 class VllmHttp:
     """``vllm.entrypoints.openai.api_server`` (prefix caching on) and a ``ChatLoop``."""
 
-    def __init__(self, name: str, blocks: int, log: Path) -> None:
-        self.name, self.blocks, self.log = name, blocks, log
+    def __init__(self, name: str, blocks: int, settings: dict[str, int], log: Path) -> None:
+        self.name, self.blocks, self.log, self.settings = name, blocks, log, settings
         self.server: Any = None
         self.loop: ChatLoop | None = None
 
@@ -412,9 +428,9 @@ class VllmHttp:
 
         priority = self.name == "vllm-priority"
         extra = [
-            "--max-num-seqs", str(ENGINE["max_num_seqs"]),
-            "--max-model-len", str(ENGINE["max_model_len"]),
-            "--max-num-batched-tokens", str(ENGINE["max_num_batched_tokens"]),
+            "--max-num-seqs", str(self.settings["max_num_seqs"]),
+            "--max-model-len", str(self.settings["max_model_len"]),
+            "--max-num-batched-tokens", str(self.settings["max_num_batched_tokens"]),
             "--num-gpu-blocks-override", str(self.blocks),
             "--enable-prompt-tokens-details",
         ]  # fmt: skip
@@ -453,13 +469,13 @@ class VllmHttp:
         }
 
 
-def make_system(name: str, engine: str, blocks: int, out: Path) -> Any:
+def make_system(name: str, engine: str, blocks: int, settings: dict[str, int], out: Path) -> Any:
     log = out / f"agents-{name}.log"
     if name == IN_PROCESS:
-        return InProcess(engine, blocks)
+        return InProcess(engine, blocks, settings)
     if name in MICROAGENT_HTTP:
-        return MicroagentHttp(name, engine, blocks, log)
-    return VllmHttp(name, blocks, log)
+        return MicroagentHttp(name, engine, blocks, settings, log)
+    return VllmHttp(name, blocks, settings, log)
 
 
 # -- one cell ----------------------------------------------------------------------------------
@@ -519,7 +535,10 @@ def cell_key(system: str, shape: str, pressure: float, rate: float, rep: int) ->
 
 def grid(args: argparse.Namespace, shape: str) -> list[tuple[str, float, float]]:
     """(system, pressure, rate) of one shape: the user's product, or the default grid."""
-    rates = args.rates or (QUICK_RATES if args.quick else RATES)[shape]
+    rates = (
+        args.rates
+        or (QUICK_RATES if args.quick else CPU_RATES if args.cpu_defaults else RATES)[shape]
+    )
     rates = sorted(rates)
     if args.quick or args.rates or args.pressures or args.systems_given:
         pressures = args.pressures or [HEADLINE_PRESSURE]
@@ -537,6 +556,8 @@ def count_for(args: argparse.Namespace, rate: float) -> int:
         return int(args.programs)
     if args.quick:
         return QUICK_PROGRAMS
+    if args.cpu_defaults:
+        return CPU_PROGRAMS
     return max(MIN_PROGRAMS, round(rate * WINDOW_MIN))
 
 
@@ -576,7 +597,10 @@ def configs(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "cells": mine,
             }
             out.append(config)
-    return sorted(out, key=lambda c: (c["blocks"], c["shape"], c["pressure"]))
+    # the headline's real pressure first: an interrupted run has the cells that matter most
+    return sorted(
+        out, key=lambda c: (c["pressure"] != HEADLINE_PRESSURE, c["clamped"], c["blocks"])
+    )
 
 
 def estimate(args: argparse.Namespace, plan: list[dict[str, Any]], done: set[str]) -> float:
@@ -627,7 +651,7 @@ def fingerprint(args: argparse.Namespace) -> dict[str, Any]:
         "quick": bool(args.quick),
         "block": args.block,
         "seed": args.seed,
-        "engine_settings": ENGINE,
+        "engine_settings": args.engine_settings,
         "scripted_timing": SCRIPTED_TIMING if args.engine == "scripted" else None,
         "prefill_rate": args.prefill_rate,
         "decode_rate": args.decode_rate,
@@ -681,7 +705,7 @@ async def run_plan(
                 if name not in needed:
                     await _close_all({name: open_systems.pop(name)})
             starting = {
-                n: make_system(n, args.engine, config["blocks"], args.out)
+                n: make_system(n, args.engine, config["blocks"], args.engine_settings, args.out)
                 for n in sorted(needed - set(open_systems), key=SYSTEMS.index)
             }
             t = time.monotonic()
@@ -794,8 +818,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     scripted = args.engine == "scripted"
     args.systems_given = args.systems is not None
-    if args.systems is None:
-        args.systems = [IN_PROCESS, "vllm"] if args.quick else list(SYSTEMS)
+    if args.systems is None:  # the issue's four (the no-hint loop: ``--systems``)
+        args.systems = [IN_PROCESS, "vllm"] if args.quick else list(DEFAULT_SYSTEMS)
         if scripted:
             args.systems = [IN_PROCESS, *MICROAGENT_HTTP]
     if scripted:
@@ -805,7 +829,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.systems = [s for s in args.systems if s not in VLLM_SERVERS]
     args.shapes = args.shapes or list(P.SHAPES)
     args.reps = args.reps or (1 if args.quick else 3)
-    base = QUICK_SCALE if args.quick else P.Scale()
+    # the full run's defaults on a CPU engine (``CPU_SCALE``); a GPU's are the shapes' own
+    args.cpu_defaults = not args.quick and not scripted and _engine_block() == 128
+    base = QUICK_SCALE if args.quick else CPU_SCALE if args.cpu_defaults else P.Scale()
     args.scale = P.Scale(
         context=args.context_scale or base.context,
         turns=args.turn_scale or base.turns,
@@ -827,11 +853,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.block = args.block or 0  # 0: the engine's, set in run() (asks vLLM's platform)
 
         def vllm_floor(ws: P.WorkingSet) -> int:  # one max_model_len sequence + the null block
-            return math.ceil(ENGINE["max_model_len"] / args.block) + 2
+            return math.ceil(args.engine_settings["max_model_len"] / args.block) + 2
 
         args.floor_blocks = vllm_floor
     args.stem = "agents_quick" if args.quick else "agents"
+    args.engine_settings = engine_settings(args.scale)
     return args
+
+
+def engine_settings(scale: P.Scale) -> dict[str, int]:
+    """``ENGINE`` with ``max_model_len`` sized to the longest program any shape makes at
+    ``scale`` (its context cap, one turn's output and ``MODEL_LEN_MARGIN``, rounded up to
+    128 tokens), at most ``ENGINE``'s: the cache's floor is one such sequence, so a scaled
+    run keeps real cache pressure instead of a floor sized for 8 192 tokens. (Every shape,
+    not the run's: a run of one shape resumes into a run of both.)"""
+    cap = max(round(shape.max_context * scale.context) for shape in P.SHAPES.values())
+    need = math.ceil((cap + scale.max_tokens + MODEL_LEN_MARGIN) / 128) * 128
+    return {**ENGINE, "max_model_len": min(ENGINE["max_model_len"], need)}
 
 
 def _engine_block() -> int:
@@ -880,7 +918,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ]
         data["settings"] = {
             "engine": args.engine,
-            "engine_settings": ENGINE,
+            "engine_settings": args.engine_settings,
             "scale": asdict(args.scale),
             "shapes": shapes,
             "systems": args.systems,

@@ -95,12 +95,24 @@ def test_kv_blocks_follow_the_pressure_down_to_the_floor() -> None:
 def test_default_grid_is_the_headline_the_pressure_sweep_and_a_light_anchor() -> None:
     args = A.parse_args(["--block", "128"])
     cells = A.grid(args, "swe")
-    rates = A.RATES["swe"]
+    rates = (A.CPU_RATES if args.cpu_defaults else A.RATES)["swe"]
     headline = {(s, r) for s, pr, r in cells if pr == 1.6}
-    assert {(s, r) for s in A.SYSTEMS for r in rates[1:]} <= headline
+    assert {(s, r) for s in A.DEFAULT_SYSTEMS for r in rates[1:]} == headline - {
+        ("microagent", rates[0]),
+        ("vllm", rates[0]),
+    }
     assert {r for s, r in headline if s == "microagent"} == set(rates)  # >= 4 rates
     assert {pr for s, pr, r in cells if s == "vllm" and r == rates[-1]} == set(A.PRESSURES)
     assert {s for s, pr, r in cells if pr != 1.6} == {"microagent", "vllm"}
+
+
+def test_a_cpu_run_sizes_max_model_len_to_its_longest_program() -> None:
+    """A scaled run's engine fits the longest scaled program, so the cache's floor (one such
+    sequence) leaves room for pressure; the model's 8 192 stays the ceiling."""
+    small = A.engine_settings(A.CPU_SCALE)["max_model_len"]
+    longest = max(round(s.max_context * A.CPU_SCALE.context) for s in P.SHAPES.values())
+    assert longest + A.CPU_SCALE.max_tokens <= small < longest + 512 and small % 128 == 0
+    assert A.engine_settings(P.Scale(context=2.0))["max_model_len"] == 8192
 
 
 def test_scripted_engine_skips_vllms_servers(capsys: pytest.CaptureFixture[str]) -> None:
