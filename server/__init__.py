@@ -4,11 +4,19 @@
 bridges (with the browser view at ``/ui``); ``microagent serve`` builds vLLM
 bridges and runs it on uvloop. ``quiet_engine_logs``, ``open_engines`` and
 ``LiveView`` make a quiet terminal for scripts that start an engine.
+``served_app`` builds what ``microagent serve``'s options (``serve_options``)
+describe without starting it: ``microagent.cluster`` runs one per Ray Serve replica.
 """
 
 from .._public import publish as _publish
+from ._admit import USAGE_REPORT as USAGE_REPORT
 from ._app import create_app as create_app
+from ._cli import CliError as CliError
+from ._cli import ServedApp as ServedApp
+from ._cli import served_app as served_app
+from ._cli_args import serve_options as serve_options
 from ._errors import ApiError as ApiError
+from ._guard import Guard as Guard
 from ._live import LiveView as LiveView
 from ._live import summary_table as summary_table
 from ._metrics import ServerMetrics as ServerMetrics
@@ -17,6 +25,9 @@ from ._progress import EngineStartFailed as EngineStartFailed
 from ._progress import open_engines as open_engines
 from ._quiet import EngineLog as EngineLog
 from ._quiet import quiet_engine_logs as quiet_engine_logs
+from ._quota import KeyQuota as KeyQuota
+from ._quota import Quotas as Quotas
+from ._quota import key_id as key_id
 from ._render import collaboration_response as collaboration_response
 from ._schemas import ChatCompletionRequest as ChatCompletionRequest
 from ._schemas import CollaborationModel as CollaborationModel
@@ -25,21 +36,30 @@ from ._sse import EventBuffer as EventBuffer
 from ._state import ServerLimits as ServerLimits
 
 __all__ = [
+    "USAGE_REPORT",
     "ApiError",
     "ChatCompletionRequest",
+    "CliError",
     "CollaborationModel",
     "EngineLog",
     "EngineStart",
     "EngineStartFailed",
     "EventBuffer",
+    "Guard",
+    "KeyQuota",
     "LiveView",
+    "Quotas",
+    "ServedApp",
     "ServerLimits",
     "ServerMetrics",
     "SessionSettings",
     "collaboration_response",
     "create_app",
+    "key_id",
     "open_engines",
     "quiet_engine_logs",
+    "serve_options",
+    "served_app",
     "summary_table",
 ]
 

@@ -10,7 +10,7 @@ the key's account with what the request really used.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -18,6 +18,11 @@ from ..engine_bridge import EngineBridge
 from ._errors import ApiError
 from ._quota import Admission
 from ._state import ServerState, overloaded
+
+#: The ASGI scope's ``state`` key of a callable told what the request used, once, when its
+#: account settles: how a Ray Serve replica (``microagent.cluster``) reports a request's
+#: tokens to the ingress that counts the key's quota (``Admitted.report``).
+USAGE_REPORT = "microagent.usage_report"
 
 
 @attrs.define(eq=False)
@@ -37,18 +42,27 @@ class Admitted:
     Attributes:
         admission: its place in the key's quota account (None without quotas).
         meter: a stream's running count of what it used (None for a JSON reply).
+        report: told what the request used when it settles, once (``USAGE_REPORT``).
     """
 
     _state: ServerState
     _collaboration: bool
     admission: Admission | None = None
     meter: Meter | None = None
+    report: Callable[[int], None] | None = None
     _released: bool = False
+    _reported: bool = False
 
     def settle(self, used_tokens: int) -> None:
         """Charge the key what the request used (a finished reply: not its worst case)."""
         if self.admission is not None:
             self.admission.settle(used_tokens)
+        self._report(used_tokens)
+
+    def _report(self, used_tokens: int) -> None:
+        if self.report is not None and not self._reported:
+            self._reported = True
+            self.report(used_tokens)
 
     def release(self) -> None:
         """Give the slot back and settle the key's account, if nothing settled it before:
@@ -57,9 +71,10 @@ class Admitted:
         if self._released:
             return
         self._released = True
+        meter = self.meter
         if self.admission is not None:
-            meter = self.meter
             self.admission.settle(meter.tokens if meter is not None else self.admission.promised)
+        self._report(meter.tokens if meter is not None else 0)  # a failed JSON reply: 0 used
         self._state.requests -= 1
         self._state.collaborations -= int(self._collaboration)
 
@@ -72,6 +87,7 @@ def admit(
     *,
     collaboration: bool,
     stream: bool,
+    report: Callable[[int], None] | None = None,
 ) -> Admitted:
     """Take a slot, check the engines' queues and admit ``worst_tokens`` on ``tenant``'s
     account; the first gate that is full refuses (429 or 503, nothing taken)."""
@@ -93,4 +109,4 @@ def admit(
             raise
     state.requests += 1
     state.collaborations += int(collaboration)
-    return Admitted(state, collaboration, admission, Meter() if stream else None)
+    return Admitted(state, collaboration, admission, Meter() if stream else None, report)

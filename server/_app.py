@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from ..collab import McpServer, Tool, mcp_tools
 from ..collab.trace import OtlpTracing
 from ..engine_bridge import EngineBridge, open_bridges, salt_for, set_cache_salt
-from ._admit import Admitted, admit
+from ._admit import USAGE_REPORT, Admitted, admit
 from ._errors import ApiError, bad_request, error_responses
 from ._guard import Guard
 from ._metrics import ServerMetrics
@@ -242,12 +242,19 @@ async def _served(
     return response
 
 
-def _admit(state: ServerState, tenant: str, plan: Plan, stream: bool) -> Admitted:
+def _admit(state: ServerState, tenant: str, plan: Plan, stream: bool, request: Request) -> Admitted:
     """The plan's place: a slot, its engines' queues, its key's quota at its worst case."""
     collaboration = isinstance(plan, CollaborationPlan)
     bridges = plan.bridges if isinstance(plan, CollaborationPlan) else (plan.bridge,)
+    report = request.scope.get("state", {}).get(USAGE_REPORT)
     return admit(
-        state, tenant, bridges, plan.worst_tokens, collaboration=collaboration, stream=stream
+        state,
+        tenant,
+        bridges,
+        plan.worst_tokens,
+        collaboration=collaboration,
+        stream=stream,
+        report=report,
     )
 
 
@@ -257,7 +264,7 @@ async def _chat(state: ServerState, body: ChatCompletionRequest, request: Reques
     deadline = anyio.current_time() + state.limits.retry_deadline  # from its arrival
     tenant = tenant_of(request)
     plan = await plan_request(state, body, tenant, _trace_headers(request))
-    admitted = _admit(state, tenant, plan, body.stream)
+    admitted = _admit(state, tenant, plan, body.stream, request)
     if body.stream:  # the stream gives its place back when it ends
         if isinstance(plan, CollaborationPlan):
             return stream_collaboration(state, plan, admitted)
@@ -280,7 +287,7 @@ async def _respond(state: ServerState, body: ResponsesRequest, request: Request)
         plan = await plan_request(state, chat, tenant, _trace_headers(request))
     except ApiError as exc:
         raise body.error(exc) from None
-    admitted = _admit(state, tenant, plan, chat.stream)
+    admitted = _admit(state, tenant, plan, chat.stream, request)
     if chat.stream:
         if isinstance(plan, CollaborationPlan):
             return stream_collaboration_response(state, body, plan, admitted)

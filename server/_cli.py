@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 import anyio
+import attrs
 
 from ..collab import (
     AgentSpec,
@@ -55,6 +56,10 @@ DEFAULT_AGENT_NAMES = {
 
 class CliError(Exception):
     """A user-facing error: printed without a traceback, exit status 1."""
+
+
+class CliUsageError(CliError):
+    """A bad option value found before anything starts: exit status 2 (``EXIT_USAGE``)."""
 
 
 # -- engines -----------------------------------------------------------------------------
@@ -132,7 +137,31 @@ def _async_run(fn: Callable[..., Any], *args: Any) -> Any:
 # -- serve -------------------------------------------------------------------------------
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+@attrs.frozen
+class ServedApp:
+    """What ``microagent serve``'s options build: the app, its engines (not yet open) and
+    its drain. ``microagent.cluster`` builds one per Ray Serve replica from the same options.
+
+    Attributes:
+        app: the ASGI app (``create_app``; it opens ``bridges`` itself only when asked).
+        bridges: the served engines, local then remote.
+        drain: the graceful-shutdown state.
+        log: the engine libraries' log state (explains an engine that failed to start).
+    """
+
+    app: Any
+    bridges: tuple[EngineBridge, ...]
+    drain: Any
+    log: EngineLog
+
+
+def served_app(args: argparse.Namespace, *, open_engines: bool = False) -> ServedApp:
+    """The app ``microagent serve`` (parsed ``args``) serves; nothing starts yet.
+
+    Raises:
+        CliUsageError: a bad ``--tool``, ``--mcp`` or ``--remote``.
+        CliError: a bad ``--engine-arg``, or two engines serving one name.
+    """
     from ._app import create_app
     from ._quota import KeyQuota
     from ._sessions import SessionSettings
@@ -140,18 +169,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ._state import ServerLimits
     from ._tools import load_tool, mcp_server
 
-    try:  # before any engine starts: a bad --tool or --mcp fails at once
+    try:  # before any engine starts: a bad --tool, --mcp or --remote fails at once
         tools = [load_tool(spec) for spec in args.tool]
         mcp_servers = dict(mcp_server(spec) for spec in args.mcp)
-    except ValueError as exc:
-        print(f"microagent serve: {exc}", file=sys.stderr)
-        return 2
-
-    try:  # a bad --remote fails before any engine starts
         remotes = make_remotes(args)
     except ValueError as exc:
-        print(f"microagent serve: {exc}", file=sys.stderr)
-        return 2
+        raise CliUsageError(str(exc)) from None
     bridges = make_bridges(args)
     log = _quiet(args, bridges)
     taken = {b.model for b in bridges}
@@ -170,13 +193,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             tokens_per_minute=args.key_tokens_per_minute,
         ),
     )
+    drain = Drain(grace=args.grace)
     app = create_app(
         {b.model: b for b in bridges},
         api_key=args.api_key,
         limits=limits,
+        open_engines=open_engines,
         tools=tools,
         mcp_servers=mcp_servers,
-        drain=(drain := Drain(grace=args.grace)),
+        drain=drain,
         sessions=SessionSettings(
             default_ttl=min(args.session_ttl, args.session_ttl_max),
             max_ttl=args.session_ttl_max,
@@ -186,12 +211,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ),
         tracing=otlp_tracing(args.otlp_endpoint) if args.otlp_endpoint else None,
     )
+    return ServedApp(app, tuple(bridges), drain, log)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        served = served_app(args)
+    except CliUsageError as exc:
+        print(f"microagent serve: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     quiet = log_level(args.verbose or None) == "quiet"
     level = args.log_level or ("warning" if quiet else "info")
     try:
-        _async_run(_serve, args, app, bridges, level, drain)
+        _async_run(_serve, args, served.app, served.bridges, level, served.drain)
     except EngineStartFailed as exc:
-        raise _start_error(exc, log) from None
+        raise _start_error(exc, served.log) from None
     return 0
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ._remote import add_remote_options
 
@@ -106,20 +107,8 @@ def _add_verbose(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``microagent`` argument parser (every subcommand has ``--help``)."""
-    parser = argparse.ArgumentParser(
-        prog="microagent",
-        description="Multi-agent LLM collaboration inside the inference engine.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    serve = sub.add_parser(
-        "serve",
-        help="run the OpenAI-compatible HTTP server",
-        description="Serve /v1/chat/completions (with agents and collaboration), "
-        "/v1/models, /health and /metrics on uvloop.",
-    )
+def _add_serve_options(serve: argparse.ArgumentParser) -> None:
+    """``microagent serve``'s options (also parsed alone by ``serve_options``)."""
     _add_engine_options(serve)
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
@@ -242,6 +231,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_remote_options(serve)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``microagent`` argument parser (every subcommand has ``--help``)."""
+    parser = argparse.ArgumentParser(
+        prog="microagent",
+        description="Multi-agent LLM collaboration inside the inference engine.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser(
+        "serve",
+        help="run the OpenAI-compatible HTTP server",
+        description="Serve /v1/chat/completions (with agents and collaboration), "
+        "/v1/models, /health and /metrics on uvloop.",
+    )
+    _add_serve_options(serve)
+
     run = sub.add_parser(
         "run",
         help="run one collaboration in the terminal, live",
@@ -283,3 +289,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_verbose(prepare)
     return parser
+
+
+def serve_options(argv: Sequence[str]) -> argparse.Namespace:
+    """``microagent serve``'s options parsed from ``argv`` (without the ``serve`` word).
+
+    Raises:
+        ValueError: what ``microagent serve`` would refuse, with argparse's message.
+    """
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            raise ValueError(message)
+
+    parser = Parser(prog="microagent serve", add_help=False)
+    _add_serve_options(parser)
+    return parser.parse_args(list(argv), argparse.Namespace(command="serve"))

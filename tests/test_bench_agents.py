@@ -289,3 +289,19 @@ def test_scripted_run_writes_every_cell_and_resumes(tmp_path: Path) -> None:
 
     with pytest.raises(SystemExit, match="other settings"):
         A.run(A.parse_args([*argv[:-2], "--max-tokens", "4", "--out", str(tmp_path)]))
+
+
+def test_the_block_floor_recomputes_each_turns_partial_block() -> None:
+    """A perfect cache of 128-token blocks keeps the whole blocks a turn left and computes the
+    rest: a turn that ends mid-block costs its tail again next turn."""
+    turns = [
+        {"prompt": 300, "completion": 20},  # 320 tokens live: 2 whole blocks (256)
+        {"prompt": 400, "completion": 20},  # computes 400 - 256
+        {"prompt": 420, "completion": 5},  # the previous turn left 420: 3 blocks (384)
+    ]
+    assert R.block_floor(turns, 128) == 300 + 144 + 36
+    assert R.block_floor(turns, 0) == 300 + 80 + 1  # per token: only the last token again
+    cell = _cell("vllm", 1.0, 10.0, 400)  # 2 turns: 1000 then 1400 prompt tokens, 200 cached each
+    settings = {"configs": [{"block_tokens": 128}]}
+    row = next(iter(R.rows({"cells": [cell], "settings": settings}).values()))
+    assert row["x_block_floor"] == pytest.approx(400 / (1000 + 1400 - (1031 // 128) * 128))

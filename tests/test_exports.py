@@ -26,6 +26,7 @@ PUBLIC_PACKAGES = (
     "microagent.collab.modes",
     "microagent.collab.trace",
     "microagent.server",
+    "microagent.cluster",
     "microagent.testing",
 )
 

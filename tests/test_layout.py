@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "microagent"
-LAYERS = ("mailbox", "engine_bridge", "actors", "collab", "server", "testing")
+LAYERS = ("mailbox", "engine_bridge", "actors", "collab", "server", "cluster", "testing")
 
 #: What each layer may import of the other layers (type-checking imports included).
 ALLOWED: dict[str, set[str]] = {
@@ -25,6 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "actors": {"mailbox", "engine_bridge"},
     "collab": {"mailbox", "engine_bridge", "actors"},
     "server": {"mailbox", "engine_bridge", "actors", "collab"},
+    "cluster": {"mailbox", "engine_bridge", "actors", "collab", "server"},
     "testing": {"engine_bridge"},
 }
 #: Where a chat template's own tokens may be written down.

@@ -1,0 +1,58 @@
+"""A microagent application on a local Ray cluster, seen from its HTTP side (the tests').
+
+``Cluster`` talks to Serve's proxy: chat requests with a key, one replica's own
+``/metrics`` (pinned with ``x-microagent-replica``), a wait until a replica has
+requests in flight (read from those metrics, not slept for), and killing a
+replica's actor the way a node failure would.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+import httpx
+
+KEYS = ("alpha-key", "beta-key")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Cluster:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.client = httpx.Client(base_url=url, timeout=120.0)
+
+    def chat(self, key: str = KEYS[0], **body: Any) -> httpx.Response:
+        payload = {"model": "default", "max_tokens": 16, **body}
+        return self.client.post(
+            "/v1/chat/completions", json=payload, headers={"authorization": f"Bearer {key}"}
+        )
+
+    def replica_metric(self, replica: str, name: str) -> float:
+        r = self.client.get(
+            "/metrics",
+            headers={"authorization": f"Bearer {KEYS[0]}", "x-microagent-replica": replica},
+        )
+        assert r.status_code == 200 and r.headers["x-microagent-replica"] == replica
+        for line in r.text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    def wait_running(self, replica: str, count: int, within: float = 60.0) -> None:
+        """Until ``replica`` has ``count`` requests in flight (its own /metrics says so)."""
+        deadline = time.monotonic() + within
+        while self.replica_metric(replica, "microagent_requests_running") < count:
+            assert time.monotonic() < deadline, f"{replica} never had {count} requests running"
+
+    def kill(self, replica: str) -> None:
+        import ray
+
+        actor = ray.get_actor(f"SERVE_REPLICA::microagent#EngineReplica#{replica}", "serve")
+        ray.kill(actor, no_restart=True)
