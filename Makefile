@@ -64,13 +64,14 @@ allocator:
 test: prepare lint browser
 	$(VENV)/bin/pytest
 
-# The inner loop: lint, types and every test that starts no vLLM engine (the ScriptedEngine,
-# uvicorn and fake endpoints are fine), on both cores; `make test` stays the whole suite.
+# The inner loop: lint, types and every test that starts no vLLM engine and no Ray cluster
+# (the ScriptedEngine, uvicorn and fake endpoints are fine), on both cores; `make test` stays
+# the whole suite.
 check: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -m "not engine" -n 2 -q
+	$(VENV)/bin/pytest -m "not engine and not ray" -n 2 -q
 
 bench: prepare
 	$(PY) bench/actors.py

@@ -366,8 +366,9 @@ def tables(data: dict[str, Any]) -> str:
         "Latency percentiles pool the repetitions' programs (nearest rank; a failed program "
         "counts as infinitely late); *x floor*: prompt tokens computed over the workload floor "
         "(each context, message and output once); *x block floor*: over what a perfect cache "
-        "of the engine's blocks must compute (whole blocks only). *Pressure*: the nominal working set / cache "
-        "at the shape's sizing rate, and in brackets the estimate at the row's rate; "
+        "of the engine's blocks must compute (whole blocks only). *Pressure*: the nominal "
+        "working set / cache at the shape's sizing rate, and in brackets the estimate at the "
+        "row's rate; "
         "* = the cache is at vLLM's floor (one max_model_len sequence), so the nominal "
         "pressure is not reached.",
     ]

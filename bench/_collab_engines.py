@@ -22,7 +22,7 @@ from typing import Any
 
 from microagent import VLLMBridge
 from microagent.engine_bridge import Generation
-from microagent.engine_bridge._vllm_compat import cpu_dtype
+from microagent.engine_bridge.vllm._compat import cpu_dtype
 
 SETTINGS: dict[str, Any] = {
     "max_num_batched_tokens": 2048,

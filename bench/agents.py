@@ -874,7 +874,7 @@ def engine_settings(scale: P.Scale) -> dict[str, int]:
 
 def _engine_block() -> int:
     """vLLM's KV block size here: 128 on CPU, 16 on a GPU (``VLLMBridge``'s rule)."""
-    from microagent.engine_bridge import _vllm_compat as compat
+    from microagent.engine_bridge.vllm import _compat as compat
 
     return 128 if compat.is_cpu_platform() else 16
 
@@ -945,6 +945,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # SIGTERM as Ctrl-C: the run's finally closes the servers and engines it started (they
+    # run in their own sessions, so a plain SIGTERM would leave them running)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     args = parse_args(argv)
     load = os.getloadavg()[0]
     if load > 0.5 and not args.force and not (args.plan or args.report_only):

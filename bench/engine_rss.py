@@ -15,7 +15,7 @@ One fresh subprocess per allocator:
 - ``tcmalloc``: ``LD_PRELOAD`` of the system's tcmalloc (``engine_allocator``);
 - ``tcmalloc, oneDNN cache 64``: tcmalloc with oneDNN's process-wide primitive
   cache capped (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``, default 1024), as microagent's
-  engine processes run (``engine_bridge._vllm_compat.cpu_engine_environment``).
+  engine processes run (``engine_bridge.vllm._compat.cpu_engine_environment``).
 
 Prints RSS growth and time per call; writes ``bench/results/engine_rss.json``;
 ``--update`` writes BENCHMARKS.md's section. About 2 minutes per allocator.
@@ -77,7 +77,7 @@ def variants() -> dict[str, dict[str, str]]:
         "glibc": {},
         "glibc-fixed-threshold": {"MALLOC_TRIM_THRESHOLD_": "131072"},
     }
-    from microagent.engine_bridge._vllm_compat import (
+    from microagent.engine_bridge.vllm._compat import (
         ENGINE_ONEDNN_CACHE,
         cpu_engine_environment,
         engine_allocator,
@@ -95,7 +95,7 @@ def variants() -> dict[str, dict[str, str]]:
 
 
 def run_variant(env_changes: dict[str, str], calls: int, every: int, seed: int) -> Any:
-    from microagent.engine_bridge._vllm_compat import ONEDNN_CACHE_ENV
+    from microagent.engine_bridge.vllm._compat import ONEDNN_CACHE_ENV
 
     unset = ("LD_PRELOAD", "MALLOC_TRIM_THRESHOLD_", ONEDNN_CACHE_ENV)
     env = {k: v for k, v in os.environ.items() if k not in unset}

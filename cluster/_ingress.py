@@ -188,6 +188,9 @@ class IngressApp:
                 self.lost += 1
                 if not again or time.monotonic() >= deadline:
                     raise _lost(exc) from None
+            except BaseException:  # the client left (or the ingress stops): so does the replica
+                parts.cancel()
+                raise
 
 
 def _headers(start: ResponseStart, route: RouteHint) -> dict[str, str]:

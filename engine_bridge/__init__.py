@@ -29,7 +29,6 @@ from ._handle import KVHandle as KVHandle
 from ._lora import make_random_lora as make_random_lora
 from ._models import prepare_model as prepare_model
 from ._models import resolve_model as resolve_model
-from ._remote import RemoteBridge as RemoteBridge
 from ._retention import RELEASE_CAUSES as RELEASE_CAUSES
 from ._retention import ReleaseCause as ReleaseCause
 from ._retention import Retain as Retain
@@ -59,7 +58,8 @@ from ._types import TaggedJson as TaggedJson
 from ._types import Timings as Timings
 from ._types import TokenDelta as TokenDelta
 from ._types import TokenLogprob as TokenLogprob
-from ._vllm import VLLMBridge as VLLMBridge
+from .remote import RemoteBridge as RemoteBridge
+from .vllm import VLLMBridge as VLLMBridge
 
 __all__ = [
     "MAX_TOP_LOGPROBS",

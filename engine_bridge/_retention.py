@@ -5,7 +5,7 @@ the agent waits for its peers, a tool or the next round, and is recomputed.
 A request marked with ``Retain(key)`` keeps its blocks (prompt + output, full
 blocks only) referenced after it finishes, under ``key``, so the next request
 that extends the handle hits them. ``RetentionTable`` is the bookkeeping and
-the policy, shared by the vLLM scheduler (``_vllm_retention``) and the
+the policy, shared by the vLLM scheduler (``vllm._retention``) and the
 ScriptedEngine, so both engines follow one set of rules:
 
 * One entry per key. Retaining a key again *supersedes* the old entry (a

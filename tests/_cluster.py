@@ -45,11 +45,17 @@ class Cluster:
                 return float(line.rsplit(" ", 1)[1])
         return 0.0
 
-    def wait_running(self, replica: str, count: int, within: float = 60.0) -> None:
-        """Until ``replica`` has ``count`` requests in flight (its own /metrics says so)."""
+    def wait_running(
+        self, replica: str, count: int, within: float = 60.0, *, above: bool = True
+    ) -> None:
+        """Until ``replica`` has at least (``above``) or at most ``count`` requests in flight,
+        as its own /metrics says (a pinned request, which is not itself counted there)."""
         deadline = time.monotonic() + within
-        while self.replica_metric(replica, "microagent_requests_running") < count:
-            assert time.monotonic() < deadline, f"{replica} never had {count} requests running"
+        while True:
+            running = self.replica_metric(replica, "microagent_requests_running")
+            if (running >= count) if above else (running <= count):
+                return
+            assert time.monotonic() < deadline, f"{replica} stayed at {running} requests"
 
     def kill(self, replica: str) -> None:
         import ray

@@ -69,20 +69,27 @@ def vllm_server(
         server.stop()
 
 
-#: Fixtures that start a real vLLM engine: a test using one must carry the ``engine`` mark.
-ENGINE_FIXTURES = frozenset({"real_engine", "vllm_server"})
+#: Fixtures that start something slow, and the mark a test using one must carry: a real
+#: vLLM engine (``engine``), a local Ray cluster (``ray``).
+SLOW_FIXTURES = {
+    "engine": frozenset({"real_engine", "vllm_server", "real_cluster"}),
+    "ray": frozenset({"cluster", "real_cluster"}),
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep the fast/slow split explicit: ``make check`` runs ``-m "not engine"``, so a test
-    that reaches a real engine without the mark would slow it down unseen; refuse it."""
-    unmarked = [
-        item.nodeid
-        for item in items
-        if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ()))
-        and item.get_closest_marker("engine") is None
-    ]
-    if unmarked:
-        raise pytest.UsageError(
-            "tests that use a real engine need @pytest.mark.engine: " + ", ".join(unmarked[:5])
-        )
+    """Keep the fast/slow split explicit: ``make check`` runs ``-m "not engine and not ray"``,
+    so a test that reaches a real engine or a Ray cluster without its mark would slow it
+    down unseen; refuse it."""
+    for mark, fixtures in SLOW_FIXTURES.items():
+        unmarked = [
+            item.nodeid
+            for item in items
+            if fixtures & set(getattr(item, "fixturenames", ()))
+            and item.get_closest_marker(mark) is None
+        ]
+        if unmarked:
+            raise pytest.UsageError(
+                f"tests that use these fixtures need @pytest.mark.{mark}: "
+                + ", ".join(unmarked[:5])
+            )

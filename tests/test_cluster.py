@@ -11,10 +11,13 @@ stream it was serving ends with the error event.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from _cluster import KEYS, Cluster, free_port
 from microagent.cluster import (
@@ -209,6 +212,25 @@ def test_sessions_spread_across_replicas(cluster: Cluster) -> None:
             homes.setdefault(f"s{i}", set()).add(r.headers["x-microagent-replica"])
     assert all(len(h) == 1 for h in homes.values())
     assert len(set().union(*homes.values())) == 2
+
+
+@pytest.mark.ray
+def test_a_client_that_leaves_stops_its_replicas_request(cluster: Cluster) -> None:
+    """Cancellation crosses both tiers: the client gives up on a 20-second request, and its
+    replica's request ends long before it would have finished."""
+    home = cluster.chat(messages=_question(400), prompt_cache_key="leaver").headers[
+        "x-microagent-replica"
+    ]
+    impatient = httpx.Client(base_url=cluster.url, timeout=httpx.Timeout(60.0, read=2.0))
+    body = {"model": "default", "messages": _question(401), "max_tokens": 400,
+            "prompt_cache_key": "leaver"}  # fmt: skip
+    started = time.monotonic()
+    with contextlib.suppress(httpx.ReadTimeout):
+        impatient.post("/v1/chat/completions", json=body,
+                       headers={"authorization": f"Bearer {KEYS[0]}"})  # fmt: skip
+    impatient.close()
+    cluster.wait_running(home, 0, above=False)
+    assert time.monotonic() - started < 15.0  # 400 tokens at 0.05 s each would take 20 s
 
 
 @pytest.mark.ray

@@ -51,6 +51,7 @@ OWNED_PAGES = (
     "modes/custom.md",
     "remote.md",
     "observability.md",
+    "scale.md",
 )
 
 _USES_VLLM = re.compile(r"^[^#\n]*\bVLLMBridge\b", re.MULTILINE)  # outside comments

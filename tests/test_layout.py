@@ -247,10 +247,53 @@ def test_tests_import_public_names_but_for_their_own_unit() -> None:
     strays = []
     for path in sorted((ROOT / "tests").glob("*.py")):
         for name in imports(path, runtime_only=False):
-            private = [p for p in name.split(".")[1:-1] if p.startswith("_")]
+            parts = name.split(".")[1:-1]
+            private = [p for p in parts if p.startswith("_")]
+            rooms = [p for p in parts[1:] if not p.startswith("_")]  # engine_bridge.vllm
             allowed = (path.name, name) in PRIVATE_ALLOWED
-            if private and not own_unit(path, private[-1]) and not allowed:
+            mine = any(own_unit(path, unit) for unit in [*private[-1:], *rooms])
+            if private and not mine and not allowed:
                 strays.append(f"{path.name}: {name}")
+    assert strays == []
+
+
+#: Each engine implementation's room in the engine layer (the contract stays at its top).
+ENGINE_ROOMS = {"vllm": "engine_bridge/vllm", "remote": "engine_bridge/remote"}
+
+
+def _third_party_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_each_engine_has_its_own_room() -> None:
+    """vLLM is imported only in ``engine_bridge/vllm/`` (whose scheduler the EngineCore loads),
+    the remote bridge lives in ``engine_bridge/remote/``, and the rest of the package reaches
+    a room only through ``engine_bridge``'s public names (its ``__init__`` re-exports them)."""
+    rooms = {room: ROOT / folder for room, folder in ENGINE_ROOMS.items()}
+    assert all((folder / "__init__.py").exists() for folder in rooms.values())
+    assert not (ROOT / "engine_bridge" / "_vllm.py").exists()
+    assert not (ROOT / "engine_bridge" / "_remote.py").exists()
+    vllm_users = [
+        str(p.relative_to(ROOT))
+        for p in package_files()
+        if "vllm" in _third_party_imports(p) and rooms["vllm"] not in p.parents
+    ]
+    assert vllm_users == []
+    strays = []
+    for path in package_files():
+        home = next((r for r, folder in rooms.items() if folder in path.parents), None)
+        for name in imports(path, runtime_only=False):
+            parts = name.split(".")
+            room = parts[2] if len(parts) > 2 and parts[1] == "engine_bridge" else None
+            inside = room in rooms and room == home
+            if room in rooms and not inside and path != ROOT / "engine_bridge" / "__init__.py":
+                strays.append(f"{path.relative_to(ROOT)}: {name}")
     assert strays == []
 
 

@@ -27,7 +27,7 @@ from microagent.collab import (
     vote,
 )
 from microagent.engine_bridge import EngineBridgeError, RequestRefused, Sampling
-from microagent.engine_bridge._remote import messages_of, retry_after_seconds
+from microagent.engine_bridge.remote._bridge import messages_of, retry_after_seconds
 from microagent.server import create_app
 from microagent.server._remote import remote_cause
 from microagent.testing import ScriptedEngine

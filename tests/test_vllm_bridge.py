@@ -27,9 +27,9 @@ from microagent.engine_bridge import (
     RequestRefused,
     Sampling,
     TaggedJson,
+    VLLMBridge,
 )
-from microagent.engine_bridge import _vllm_compat as compat
-from microagent.engine_bridge._vllm import VLLMBridge
+from microagent.engine_bridge.vllm import _compat as compat
 
 BLOCK = 128
 GREEDY = Sampling(max_tokens=8, temperature=0.0)

@@ -25,10 +25,10 @@ from microagent.engine_bridge import (
     Retain,
     RetentionStats,
     Sampling,
+    VLLMBridge,
     cache_salt,
 )
 from microagent.engine_bridge._retention import DEFAULT_PATIENCE
-from microagent.engine_bridge._vllm import VLLMBridge
 
 BLOCK = 128
 BLOCKS = 12

@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
-from ._bridge import EngineBridge, EngineRequest, EngineStep, Generation, SchedulerSnapshot
-from ._chat import ChatComposer, ChatTemplate
-from ._errors import RemoteError, RequestRefused
-from ._handle import KVHandle
-from ._tokenizer import IM_END, IM_START, ToyTokenizer
-from ._types import FinishReason, GenerationResult, Sampling
+from .._bridge import EngineBridge, EngineRequest, EngineStep, Generation, SchedulerSnapshot
+from .._chat import ChatComposer, ChatTemplate
+from .._errors import RemoteError, RequestRefused
+from .._handle import KVHandle
+from .._tokenizer import IM_END, IM_START, ToyTokenizer
+from .._types import FinishReason, GenerationResult, Sampling
 
 if TYPE_CHECKING:  # httpx is imported when a bridge opens: ``import microagent`` needs none
     import httpx

@@ -43,7 +43,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine.core import EngineCore
 from vllm.v1.request import Request, RequestStatus
 
-from ._retention import Retain, RetentionTable
+from .._retention import Retain, RetentionTable
 
 #: ``SamplingParams.extra_args`` key of a request's ``Retain`` mark.
 EXTRA_ARGS_KEY = "microagent_retain"

@@ -6,7 +6,7 @@ passes through; CPU defaults that work on a small machine are filled in. A
 per-engine stat logger feeds the scheduler-side numbers of ``stats()``. A dead
 engine fails its in-flight requests with ``EngineDied``, is restarted (bounded
 attempts, backoff) and the bridge's epoch is bumped. Version quirks of vLLM and
-transformers live in ``_vllm_compat``.
+transformers live in ``_compat``.
 
 The bridge is asyncio-only (vLLM's client is): from trio or another thread,
 run it inside an asyncio blocking portal (see ``tests/_engine.py``).
@@ -24,16 +24,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from . import _vllm_compat as compat
-from ._bridge import EngineBridge, EngineRequest, EngineStep, SchedulerSnapshot
-from ._errors import EngineBridgeError, EngineDied, EngineUnavailable, RequestRefused
-from ._handle import AdapterRef, KVHandle
-from ._models import DEFAULT_MODEL_NAME, resolve_model
-from ._retention import RetentionStats
-from ._types import Sampling
+from .._bridge import EngineBridge, EngineRequest, EngineStep, SchedulerSnapshot
+from .._errors import EngineBridgeError, EngineDied, EngineUnavailable, RequestRefused
+from .._handle import AdapterRef, KVHandle
+from .._models import DEFAULT_MODEL_NAME, resolve_model
+from .._retention import RetentionStats
+from .._types import Sampling
+from . import _compat as compat
 
 if TYPE_CHECKING:
-    from ._chat import ChatComposer
+    from .._chat import ChatComposer
 
 log = logging.getLogger(__name__)
 
@@ -387,7 +387,7 @@ class VLLMBridge(EngineBridge):
 
     def _make_chat(self) -> ChatComposer:
         """Token-level chat composition with the model's own chat template."""
-        from ._chat import ChatComposer, ChatTemplate
+        from .._chat import ChatComposer, ChatTemplate
 
         tok = self.tokenizer
         if not tok.has_chat_template:

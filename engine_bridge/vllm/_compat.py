@@ -16,8 +16,8 @@ from typing import Any
 
 import attrs
 
-from ._retention import Retain
-from ._types import FinishReason, Sampling, TokenLogprob
+from .._retention import Retain
+from .._types import FinishReason, Sampling, TokenLogprob
 
 # -- environment -------------------------------------------------------------------------
 
@@ -269,7 +269,7 @@ def sampling_params(
     if sampling.logprobs is not None:
         kwargs["logprobs"] = sampling.logprobs
     if retain is not None:
-        from ._vllm_retention import EXTRA_ARGS_KEY
+        from ._retention import EXTRA_ARGS_KEY
 
         kwargs["extra_args"] = {EXTRA_ARGS_KEY: retain.to_wire()}
     return SamplingParams(**kwargs)
@@ -346,7 +346,7 @@ def token_logprobs(
 
 def retention_engine_args(budget: float, ttl: float | None, prefill_rate: float) -> dict[str, Any]:
     """Engine arguments that load the retaining scheduler with these settings."""
-    from ._vllm_retention import CONFIG_KEY, RetainingScheduler
+    from ._retention import CONFIG_KEY, RetainingScheduler
 
     settings = {"budget": budget, "ttl": ttl, "prefill_rate": prefill_rate}
     return {"scheduler_cls": RetainingScheduler, "additional_config": {CONFIG_KEY: settings}}
@@ -386,7 +386,7 @@ async def call_utility(engine: Any, method: str, *args: Any) -> Any:
 
 async def expire_retentions(engine: Any) -> float | None:
     """End the EngineCore's expired retentions; seconds until the next one ends (None: never)."""
-    from ._vllm_retention import EXPIRE_UTILITY
+    from ._retention import EXPIRE_UTILITY
 
     due = await call_utility(engine, EXPIRE_UTILITY)
     return None if due is None else float(due)
@@ -394,14 +394,14 @@ async def expire_retentions(engine: Any) -> float | None:
 
 async def release_retentions(engine: Any, keys: list[str], prefix: str | None) -> Any:
     """End retentions in the EngineCore (a utility call between engine steps)."""
-    from ._vllm_retention import RELEASE_UTILITY
+    from ._retention import RELEASE_UTILITY
 
     return await call_utility(engine, RELEASE_UTILITY, keys, prefix)
 
 
 async def retention_stats(engine: Any) -> Any:
     """The EngineCore's retention statistics (a dict of ``RetentionStats`` fields)."""
-    from ._vllm_retention import STATS_UTILITY
+    from ._retention import STATS_UTILITY
 
     return await call_utility(engine, STATS_UTILITY)
 

@@ -1,0 +1,11 @@
+"""The vLLM room: ``VLLMBridge`` over one in-process ``AsyncLLM``, and everything that
+touches vLLM's internals (``_compat``: versions, platforms, request translation;
+``_retention``: the retaining scheduler that runs inside the EngineCore).
+
+Only this package imports vLLM (``tests/test_layout.py`` checks it); the rest of the
+engine layer speaks the ``EngineBridge`` contract of ``engine_bridge._bridge``.
+"""
+
+from ._bridge import VLLMBridge as VLLMBridge
+
+__all__ = ["VLLMBridge"]
