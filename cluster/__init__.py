@@ -10,6 +10,13 @@ Serve's command line imports; ``python -m microagent.cluster`` starts it. Needs 
 ``ray`` extra (``pip install 'microagent[ray]'``). See ``docs/scale.md``.
 """
 
+try:
+    import ray.serve  # noqa: F401  (the optional extra: say so, not "no module named ray")
+except ImportError as _missing:  # pragma: no cover - the suite installs the extra
+    raise ImportError(
+        "microagent.cluster needs Ray Serve: pip install 'microagent[ray]'"
+    ) from _missing
+
 from .._public import publish as _publish
 from ._deploy import app as app
 from ._deploy import build_app as build_app

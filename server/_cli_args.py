@@ -184,7 +184,8 @@ def _add_serve_options(serve: argparse.ArgumentParser) -> None:
         default=1800.0,
         metavar="SECONDS",
         help="how long a turn is retained when a request asks for caching without a "
-        "lifetime (prompt_cache_key, prompt_cache_retention=in_memory; default 1800)",
+        "lifetime (prompt_cache_retention=in_memory; prompt_cache_key alone until the "
+        "key's gaps teach one; default 1800)",
     )
     sessions.add_argument(
         "--session-ttl-max",
@@ -200,7 +201,7 @@ def _add_serve_options(serve: argparse.ArgumentParser) -> None:
         default=120.0,
         metavar="SECONDS",
         help="how long a reply ending in tool_calls is retained for the tool's result "
-        "when the request names no session (default 120)",
+        "when the request names no session, until the key's gaps teach one (default 120)",
     )
     sessions.add_argument(
         "--max-sessions-per-key",

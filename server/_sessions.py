@@ -4,15 +4,22 @@ An agent loop over HTTP (the openai SDK, LangGraph, the Agents SDK) sends
 each turn as a new request that re-sends the whole conversation. OpenAI's own
 fields say what it wants kept, and the server keeps it:
 
-* ``prompt_cache_options.ttl`` (a minimum lifetime, ``"30m"`` by default) and
-  the deprecated ``prompt_cache_retention`` (``"in_memory"``: the server's
-  default TTL; ``"24h"``: 24 hours) retain the request's prompt + output
-  blocks for that long, clamped to the server's ceiling (``serve
-  --session-ttl``/``--session-ttl-max``). ``prompt_cache_key`` groups the
-  requests whose gaps predict the next one (it is a hint, not a thread id).
-* Without any of them, a reply that ends in ``tool_calls`` will come back
-  with the tool's result: it is retained for the tool's expected duration
-  (Continuum's trigger), so frameworks that never set the fields benefit too.
+* ``prompt_cache_options.ttl`` (a minimum lifetime) and the deprecated
+  ``prompt_cache_retention`` (``"in_memory"``: the server's default TTL;
+  ``"24h"``: 24 hours) retain the request's prompt + output blocks for that
+  long, clamped to the server's ceiling (``serve --session-ttl``/
+  ``--session-ttl-max``). ``prompt_cache_key`` groups the requests whose gaps
+  predict the next one (it is a hint, not a thread id).
+* A lifetime nobody asked for comes from the gaps: with ``prompt_cache_key``
+  alone, or for a reply that ends in ``tool_calls`` (Continuum's trigger: it
+  will come back with the tool's result, so frameworks that never set the
+  fields benefit too), a turn is kept for ``GAP_TTL_FACTOR`` times the 95th
+  percentile of the gaps this API key's turns of that kind have shown
+  (``learned_ttl``), and the server's default until ``MIN_GAPS`` were seen. A
+  client never says that its program ended; without this, each finished
+  program's last turn would hold its blocks, ahead of newer programs, for the
+  whole default lifetime (measured: an HTTP agent loop then computed more than
+  a plain client on vLLM's server).
 * A retention is keyed by request and scoped by API key: parallel requests of
   one cache key never release each other's; a turn is superseded only by the
   retention of a request that extends it (``Retain.scope``).
@@ -30,6 +37,7 @@ the engine's policy may still release a turn (its next use is then recomputed).
 
 from __future__ import annotations
 
+import math
 import re
 import time
 import uuid
@@ -50,6 +58,15 @@ _TTL = re.compile(r"^([1-9][0-9]{0,6})(s|m|h|d)$")
 _UNITS: Final = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 #: Gaps remembered per label (the median predicts the next one).
 _GAPS = 32
+#: Gaps of one kind of turn (keyed sessions, tool calls) remembered per API key for
+#: ``learned_ttl``, and how many it needs before it replaces the server's default.
+_KIND_GAPS = 256
+MIN_GAPS: Final = 8
+#: A learned lifetime is this many times the gaps' 95th percentile (a later turn is rare:
+#: its recompute costs less than holding every finished program's last turn that long).
+GAP_TTL_FACTOR: Final = 1.5
+#: ... and never shorter than this (seconds): a burst of quick turns teaches nothing.
+MIN_LEARNED_TTL: Final = 5.0
 #: Generated texts remembered for splicing, per server.
 _SPLICES = 4096
 
@@ -144,11 +161,14 @@ class Sessions:
         asked = cache_key is not None or ttl is not None or retention is not None
         if not bridge.retention_enabled or not (asked or tools):
             return SessionPlan(None, priority, False, label)
-        seconds = self.settings.default_ttl if asked else self.settings.tool_call_ttl
-        if ttl is not None:
+        if ttl is not None:  # an explicit minimum lifetime
             seconds = parse_ttl(ttl)
-        elif retention is not None and RETENTION_VALUES.get(retention) is not None:
-            seconds = RETENTION_VALUES[retention] or seconds
+        elif retention is not None:
+            seconds = RETENTION_VALUES.get(retention) or self.settings.default_ttl
+        else:  # nobody named a lifetime: the gaps this key's turns of this kind have shown
+            kind = "key" if asked else "tools"
+            default = self.settings.default_ttl if asked else self.settings.tool_call_ttl
+            seconds = min(default, self.learned_ttl(tenant, kind) or default)
         seconds = min(seconds, self.settings.max_ttl)
         retain = Retain(
             f"http/{tenant}/{bridge.model}/{uuid.uuid4().hex}",
@@ -162,6 +182,17 @@ class Sessions:
         """The median gap observed between a turn and the next one (None: none seen yet)."""
         gaps = self._gaps.get(f"{tenant}/{label}")
         return median(gaps) if gaps else None
+
+    def learned_ttl(self, tenant: str, kind: str) -> float | None:
+        """``GAP_TTL_FACTOR`` times the 95th percentile of the gaps ``tenant``'s turns of
+        ``kind`` (``"key"``: keyed sessions, ``"tools"``: tool calls) have shown, at least
+        ``MIN_LEARNED_TTL``; None before ``MIN_GAPS`` gaps."""
+        gaps = self._gaps.get(f"{tenant}/kind:{kind}")
+        if gaps is None or len(gaps) < MIN_GAPS:
+            return None
+        ordered = sorted(gaps)
+        p95 = ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+        return max(MIN_LEARNED_TTL, GAP_TTL_FACTOR * p95)
 
     # -- after a reply ---------------------------------------------------------------------
     async def finished(
@@ -233,4 +264,7 @@ class Sessions:
         return best
 
     def _observe(self, tenant: str, label: str, gap: float) -> None:
-        self._gaps.setdefault(f"{tenant}/{label}", deque(maxlen=_GAPS)).append(max(0.0, gap))
+        gap = max(0.0, gap)
+        self._gaps.setdefault(f"{tenant}/{label}", deque(maxlen=_GAPS)).append(gap)
+        kind = "key" if label.startswith("key:") else label
+        self._gaps.setdefault(f"{tenant}/kind:{kind}", deque(maxlen=_KIND_GAPS)).append(gap)

@@ -3,16 +3,19 @@
 ``Cluster`` talks to Serve's proxy: chat requests with a key, one replica's own
 ``/metrics`` (pinned with ``x-microagent-replica``), a wait until a replica has
 requests in flight (read from those metrics, not slept for), and killing a
-replica's actor the way a node failure would.
+replica's actor the way a node failure would. ``local_cluster`` starts one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
+from microagent.cluster import ClusterSettings, build_app
 
 KEYS = ("alpha-key", "beta-key")
 
@@ -62,3 +65,21 @@ class Cluster:
 
         actor = ray.get_actor(f"SERVE_REPLICA::microagent#EngineReplica#{replica}", "serve")
         ray.kill(actor, no_restart=True)
+
+
+@contextlib.contextmanager
+def local_cluster(settings: ClusterSettings) -> Iterator[Cluster]:
+    """A local Ray cluster (2 CPUs) running ``settings``' application behind Serve's proxy on
+    a free port; Serve and Ray are shut down on the way out."""
+    import ray
+    from ray import serve
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    port = free_port()
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(build_app(settings), name="microagent", route_prefix="/")
+        yield Cluster(f"http://127.0.0.1:{port}")
+    finally:
+        serve.shutdown()
+        ray.shutdown()

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from _cluster import KEYS, Cluster, free_port
+from _cluster import KEYS, Cluster, local_cluster
 from microagent.cluster import (
     Autoscaling,
     ClusterConfigError,
@@ -141,27 +141,17 @@ def test_bad_serve_args_fail_before_ray_starts_anything() -> None:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    import ray
-    from ray import serve
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    port = free_port()
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        settings = ClusterSettings(
-            serve_args=(
-                "--engine", "scripted",
-                "--engine-arg", "decode_time_per_token=0.05",
-                "--api-key", KEYS[0], "--api-key", KEYS[1],
-                "--key-tokens-per-minute", str(TOKENS_PER_MINUTE),
-            ),
-            replicas=2, replica_cpus=0.5, ingress_cpus=0.25, retry_deadline=60.0,
-        )  # fmt: skip
-        serve.run(build_app(settings), name="microagent", route_prefix="/")
-        yield Cluster(f"http://127.0.0.1:{port}")
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    settings = ClusterSettings(
+        serve_args=(
+            "--engine", "scripted",
+            "--engine-arg", "decode_time_per_token=0.05",
+            "--api-key", KEYS[0], "--api-key", KEYS[1],
+            "--key-tokens-per-minute", str(TOKENS_PER_MINUTE),
+        ),
+        replicas=2, replica_cpus=0.5, ingress_cpus=0.25, retry_deadline=60.0,
+    )  # fmt: skip
+    with local_cluster(settings) as running:
+        yield running
 
 
 def _question(i: int) -> list[dict[str, str]]:

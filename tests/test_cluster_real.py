@@ -11,32 +11,22 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from _cluster import Cluster, free_port
-from microagent.cluster import ClusterSettings, build_app
+from _cluster import Cluster, local_cluster
+from microagent.cluster import ClusterSettings
 
 
 @pytest.fixture(scope="module")
 def real_cluster() -> Iterator[Cluster]:
     """Two engine replicas of the default model (vLLM on CPU), each with half the cores."""
-    import ray
-    from ray import serve
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    port = free_port()
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        settings = ClusterSettings(
-            serve_args=(
-                "--model", "default", "--max-num-seqs", "8", "--max-model-len", "2048",
-                "--engine-arg", "num_gpu_blocks_override=64",
-            ),
-            replicas=2, replica_cpus=0.5, ingress_cpus=0.25,
-        )  # fmt: skip
-        serve.run(build_app(settings), name="microagent", route_prefix="/")
-        yield Cluster(f"http://127.0.0.1:{port}")
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    settings = ClusterSettings(
+        serve_args=(
+            "--model", "default", "--max-num-seqs", "8", "--max-model-len", "2048",
+            "--engine-arg", "num_gpu_blocks_override=64",
+        ),
+        replicas=2, replica_cpus=0.5, ingress_cpus=0.25,
+    )  # fmt: skip
+    with local_cluster(settings) as running:
+        yield running
 
 
 @pytest.mark.ray

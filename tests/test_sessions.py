@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from microagent.server import SessionSettings
@@ -196,3 +197,42 @@ def test_a_collaboration_turn_of_a_session_keeps_the_conversation_and_its_answer
         kept, conversation = collaboration_turns(srv, "agents", session, stream=stream)
         plain, _ = collaboration_turns(srv, "nokey", {}, stream=stream)
     assert conversation > 32 and kept >= conversation // 16 * 16 > plain
+
+
+def test_a_lifetime_nobody_asked_for_is_learned_from_the_gaps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``prompt_cache_key`` alone a turn is kept for 1.5x the 95th percentile of the
+    gaps this key's sessions have shown (the default until 8 were seen): a finished
+    program's last turn, which nobody will extend, stops holding blocks soon after its
+    session would have come back, not 30 minutes later. An explicit TTL stays as asked."""
+    import microagent.server._sessions as sessions_module
+    from microagent.engine_bridge import KVHandle
+    from microagent.testing import ScriptedEngine
+
+    clock = [1000.0]
+    monkeypatch.setattr(sessions_module.time, "monotonic", lambda: clock[0])
+    engine = ScriptedEngine(block_size=4)
+    sessions = sessions_module.Sessions(SessionSettings(default_ttl=1800.0))
+    ttls = []
+
+    async def turns() -> None:
+        tokens: tuple[int, ...] = tuple(range(8))
+        for turn in range(12):
+            prompt = KVHandle(tokens, model=engine.model)
+            plan = sessions.plan("t", engine, prompt, cache_key="s", ttl=None, retention=None,
+                                 tools=False)  # fmt: skip
+            assert plan.retain is not None
+            ttls.append(plan.retain.ttl)
+            tokens = (*tokens, *range(100 + 8 * turn, 108 + 8 * turn))  # prompt + output
+            await sessions.finished("t", engine, plan, KVHandle(tokens, model=engine.model),
+                                    tool_calls=False, ok=True)  # fmt: skip
+            clock[0] += 2.0 + turn % 3  # gaps of 2, 3 and 4 seconds
+            tokens = (*tokens, *range(500 + 4 * turn, 504 + 4 * turn))  # the next message
+
+    anyio.run(turns)
+    assert ttls[:8] == [1800.0] * 8  # fewer than 8 gaps seen: the server's default
+    assert ttls[8:] == [1.5 * 4.0] * 4  # then 1.5x the gaps' p95 (4 s)
+    explicit = sessions.plan("t", engine, KVHandle(tuple(range(8)), model=engine.model),
+                             cache_key="s", ttl="10m", retention=None, tools=False)  # fmt: skip
+    assert explicit.retain is not None and explicit.retain.ttl == 600.0
