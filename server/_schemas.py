@@ -235,7 +235,12 @@ ToolList = Annotated[
                         "properties": {
                             "name": {"type": "string", "pattern": TOOL_NAME_PATTERN},
                             "description": {"type": "string"},
-                            "parameters": {"type": "object"},
+                            "parameters": {
+                                "type": "object",
+                                "description": "the arguments' JSON Schema; it must itself "
+                                "be a valid JSON Schema (checked against the meta-schema, "
+                                "which this document does not inline)",
+                            },
                             "strict": {"type": "boolean"},
                         },
                         "required": ["name"],

@@ -7,6 +7,7 @@ no connection, no process is left, no file was written, the secret was not seen.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import subprocess
@@ -71,11 +72,39 @@ async def test_no_network_not_even_the_servers_own_port() -> None:
     assert len(lines) == 2 and not any("CONNECTED" in line for line in lines)
 
 
+def _become_subreaper() -> None:
+    """Orphans of this process's descendants are re-parented to it, not to init: a sandbox
+    process that outlives its parent still counts as this test's (``_sandbox_processes``)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+PR_SET_CHILD_SUBREAPER = 36
+_become_subreaper()
+
+
 def _sandbox_processes() -> int:
-    """Processes of any sandbox on this machine: its unshare, or its interpreter."""
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
+    """Sandbox processes (an unshare, or its interpreter) descended from this test process:
+    another pytest worker's sandboxes (``make check`` runs two) are not this test's."""
+    ps = subprocess.run(
+        ["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True, check=True
+    )
+    parent: dict[int, int] = {}
+    args: dict[int, str] = {}
+    for line in ps.stdout.splitlines():
+        pid, ppid, *rest = line.split(None, 2)
+        parent[int(pid)], args[int(pid)] = int(ppid), rest[0] if rest else ""
+
+    def mine(pid: int) -> bool:
+        while pid > 1:
+            pid = parent.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+
     markers = ("unshare --user --map-root-user", "sandbox: seccomp refused")
-    return sum(any(m in line for m in markers) for line in ps.stdout.splitlines())
+    return sum(any(m in a for m in markers) and mine(pid) for pid, a in args.items())
 
 
 async def test_a_fork_bomb_creates_no_process_and_leaves_nothing_behind() -> None:

@@ -57,6 +57,9 @@ UNEXPRESSIBLE: dict[str, str] = {
     r"Input should be a valid integer|must be an integer": (
         "JSON Schema's integer admits 1.0; this server's types are strict"
     ),
+    r"is not a valid JSON Schema": (
+        "a function's parameters must be a valid JSON Schema: the meta-schema is not inlined"
+    ),
     r"^collaboration\.(?!mode:|tools|tool_choice)[a-z_]+: (?!unknown option)": (
         "a mode's option values are checked by its own code (its config and validate)"
     ),
