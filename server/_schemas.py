@@ -35,7 +35,18 @@ class AnswerModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    choices: list[str] | None = None
+    choices: Annotated[
+        list[str] | None,
+        WithJsonSchema(  # checked by the collaboration layer, which names the field
+            {
+                "anyOf": [
+                    {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+                    {"type": "null"},
+                ],
+                "description": "The closed answers (at least one, none empty).",
+            }
+        ),
+    ] = None
     regex: str | None = None
     extract: str | None = Field(
         default=None,
