@@ -288,3 +288,20 @@ def test_a_stream_whose_replica_dies_ends_with_the_error_event(cluster: Cluster)
     assert data[-1] == "data: [DONE]"
     error = json.loads(data[-2][len("data: ") :])
     assert error["error"]["code"] == "replica_lost", data[-3:]
+
+
+def test_the_command_line_builds_its_settings_and_refuses_bad_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``python -m microagent.cluster``: its own options before ``--``, ``microagent serve``'s
+    after; a bad value exits 2 with the field's name before Ray starts."""
+    from microagent.cluster.__main__ import _parser, main, settings_from
+
+    args = _parser().parse_args(["--replicas", "3", "--autoscale", "1:4", "--replica-cpus", "0.5"])
+    settings = settings_from(args, ["--engine", "scripted"])
+    assert settings.serve_args == ("--engine", "scripted") and settings.replica_cpus == 0.5
+    assert settings.autoscaling is not None and settings.autoscaling.max_replicas == 4
+    assert main(["--autoscale", "4:1", "--", "--engine", "scripted"]) == 2
+    assert "max_replicas" in capsys.readouterr().err
+    assert main(["--replicas", "2", "--", "--no-such-option"]) == 2
+    assert "serve_args" in capsys.readouterr().err

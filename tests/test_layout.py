@@ -237,6 +237,11 @@ PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
         "the CLI's remote options (the CLI has no Python API)"
     ),
     ("test_server_remote.py", "microagent.server._cli.main"): "the same",
+    ("test_cluster.py", "microagent.cluster.__main__._parser"): (
+        "the cluster's command line (``python -m microagent.cluster``; no Python API)"
+    ),
+    ("test_cluster.py", "microagent.cluster.__main__.main"): "the same",
+    ("test_cluster.py", "microagent.cluster.__main__.settings_from"): "the same",
 }
 
 
