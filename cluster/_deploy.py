@@ -11,8 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ray import serve
+from ray.serve import Application
 from ray.serve.config import RequestRouterConfig
+from ray.serve.handle import DeploymentHandle
 
+from ..server import Guard
 from ._ingress import IngressApp
 from ._replica import EngineReplica, replica_options
 from ._router import AffinityRouter
@@ -27,15 +30,15 @@ INGRESS, ENGINE = "Ingress", "EngineReplica"
 class Ingress:
     """The ingress deployment's class: its ASGI app forwards to the engine replicas."""
 
-    def __init__(self, settings: ClusterSettings, replicas: Any) -> None:
+    def __init__(self, settings: ClusterSettings, replicas: DeploymentHandle[Any]) -> None:
         self.settings = settings
         self.replicas = replicas
 
-    def __serve_build_asgi_app__(self) -> Any:
+    def __serve_build_asgi_app__(self) -> Guard:
         return IngressApp.build(self.settings, self.replicas)
 
 
-def build_app(settings: ClusterSettings) -> Any:
+def build_app(settings: ClusterSettings) -> Application:
     """The bound Serve application of ``settings`` (``serve.run`` it, or return it from
     a builder).
 
@@ -72,7 +75,7 @@ def build_app(settings: ClusterSettings) -> Any:
     return ingress.bind(settings, engines.bind(list(settings.serve_args)))
 
 
-def app(args: Mapping[str, object]) -> Any:
+def app(args: Mapping[str, object]) -> Application:
     """Serve's application builder: ``serve run microagent.cluster:app key=value ...`` or
     a config file's ``args`` (``ClusterSettings.from_options``)."""
     return build_app(ClusterSettings.from_options(args))

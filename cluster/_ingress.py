@@ -17,9 +17,19 @@ from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
 from ray.exceptions import ActorUnavailableError, RayActorError
+from ray.serve.handle import DeploymentHandle
 from starlette.responses import Response, StreamingResponse
 
-from ..server import ApiError, Guard, KeyQuota, Quotas, ServerLimits, key_id, serve_options
+from ..server import (
+    ApiError,
+    Guard,
+    KeyQuota,
+    Quotas,
+    ServerLimits,
+    key_id,
+    serve_options,
+    sse_error_ending,
+)
 from ._asgi import Forwarded, ResponseStart
 from ._replica import REPLICA_HEADER, Usage
 from ._route import RouteHint, route_of
@@ -66,7 +76,7 @@ class IngressApp:
     """The ingress's ASGI app (wrapped in ``Guard`` by ``build``): forwards every request
     to an engine replica through ``replicas`` (a Serve deployment handle)."""
 
-    def __init__(self, settings: ClusterSettings, replicas: Any) -> None:
+    def __init__(self, settings: ClusterSettings, replicas: DeploymentHandle[Any]) -> None:
         self.settings = settings
         self.replicas = replicas
         options = serve_options(settings.serve_args)
@@ -76,10 +86,9 @@ class IngressApp:
         )
         self.quotas = Quotas(quota) if quota.limited else None
         self.api_keys: list[str] = list(options.api_key)
-        self.lost = 0  # requests whose replica died, for the tests and the logs
 
     @classmethod
-    def build(cls, settings: ClusterSettings, replicas: Any) -> Guard:
+    def build(cls, settings: ClusterSettings, replicas: DeploymentHandle[Any]) -> Guard:
         """The app with the key check and body cap in front, as Serve's ingress runs it."""
         app = cls(settings, replicas)
         limit = ServerLimits().max_body_bytes  # the replicas' own (``microagent serve``'s)
@@ -146,9 +155,7 @@ class IngressApp:
                     elif isinstance(part, bytes):
                         yield part
             except REPLICA_LOST as exc:  # data went out already: the stream says so, ends
-                self.lost += 1
-                yield f"data: {json.dumps(_lost(exc).body())}\n\n".encode()
-                yield b"data: [DONE]\n\n"
+                yield sse_error_ending(_lost(exc))
             finally:
                 parts.cancel()  # a client that left stops the replica's request too
                 if admission is not None:
@@ -168,7 +175,7 @@ class IngressApp:
         deadline = time.monotonic() + self.settings.retry_deadline
         again = not may_run_tools(request.body)
         while True:
-            parts = self.replicas.options(stream=True).answer.remote(request, route=route)
+            parts: Any = self.replicas.options(stream=True).answer.remote(request, route=route)
             try:
                 start = await parts.__anext__()
                 if not isinstance(start, ResponseStart):
@@ -185,7 +192,6 @@ class IngressApp:
                         chunks.append(part)
                 return start, parts, used, chunks
             except REPLICA_LOST as exc:
-                self.lost += 1
                 if not again or time.monotonic() >= deadline:
                     raise _lost(exc) from None
             except BaseException:  # the client left (or the ingress stops): so does the replica
@@ -199,6 +205,5 @@ def _headers(start: ResponseStart, route: RouteHint) -> dict[str, str]:
     ``fallback`` when that one was overloaded, ``any`` without a key)."""
     skip = {b"content-length", b"transfer-encoding"}
     out = {k.decode("latin-1"): v.decode("latin-1") for k, v in start.headers if k not in skip}
-    route.preferred = preferred_for(route)
-    out[ROUTE_HEADER] = route.decision(out.get(REPLICA_HEADER.decode(), ""))
+    out[ROUTE_HEADER] = route.decision(out.get(REPLICA_HEADER.decode(), ""), preferred_for(route))
     return out

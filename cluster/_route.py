@@ -26,7 +26,7 @@ ROUTED_PATHS = frozenset({"/v1/chat/completions", "/v1/responses"})
 
 @attrs.define
 class RouteHint:
-    """A request's routing key, and what the router chose for it.
+    """A request's routing key.
 
     Serve copies a call's arguments before its router sees them, so the router's choice
     comes back through ``_router.PREFERRED`` under the hint's ``ticket``.
@@ -35,20 +35,19 @@ class RouteHint:
         kind: ``"session"`` (``prompt_cache_key``), ``"prefix"`` (the leading text),
             ``"replica"`` (pinned by the ``x-microagent-replica`` header) or ``"any"``.
         key: the digest the replica is chosen by (empty for ``"any"``).
-        preferred: the replica the key maps to, as the router saw it (None: none).
         ticket: this hint's number in its process (how the router's choice is found).
     """
 
     kind: str
     key: str = ""
-    preferred: str | None = None
     ticket: int = attrs.field(factory=lambda: next(_TICKETS), eq=False)
 
-    def decision(self, replica: str) -> str:
-        """What the response says about its routing, on ``replica``."""
-        if self.kind == "any" or self.preferred is None:
+    def decision(self, replica: str, preferred: str | None) -> str:
+        """What the response says about its routing: served on ``replica`` when the router
+        preferred ``preferred`` (None: it had no preference)."""
+        if self.kind == "any" or preferred is None:
             return "any"
-        return self.kind if replica == self.preferred else "fallback"
+        return self.kind if replica == preferred else "fallback"
 
 
 def _digest(*parts: str) -> str:

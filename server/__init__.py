@@ -33,6 +33,7 @@ from ._schemas import ChatCompletionRequest as ChatCompletionRequest
 from ._schemas import CollaborationModel as CollaborationModel
 from ._sessions import SessionSettings as SessionSettings
 from ._sse import EventBuffer as EventBuffer
+from ._sse import sse_error_ending as sse_error_ending
 from ._state import ServerLimits as ServerLimits
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "quiet_engine_logs",
     "serve_options",
     "served_app",
+    "sse_error_ending",
     "summary_table",
 ]
 

@@ -14,7 +14,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
 import attrs
@@ -42,6 +42,11 @@ from ._live import summary_table as summary_table
 from ._progress import EngineStartFailed, open_engines, showing
 from ._quiet import EngineLog, log_level, quiet_engine_logs
 from ._remote import make_remotes
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from ._shutdown import Drain
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -149,9 +154,9 @@ class ServedApp:
         log: the engine libraries' log state (explains an engine that failed to start).
     """
 
-    app: Any
+    app: FastAPI
     bridges: tuple[EngineBridge, ...]
-    drain: Any
+    drain: Drain
     log: EngineLog
 
 

@@ -110,6 +110,12 @@ class EventBuffer:
             waiter.set()
 
 
+def sse_error_ending(error: ApiError) -> bytes:
+    """The last words of a stream that failed after it started: its ``error`` event, then
+    ``[DONE]`` (what every stream of this server ends with when it fails)."""
+    return encode(error.body()) + encode(DONE)
+
+
 def encode(payload: Payload) -> bytes:
     """One SSE message: ``data: <json or raw>`` and a blank line."""
     import json
