@@ -1,0 +1,44 @@
+"""bench/quality.py's report families: frozen, balanced, and of the kinds they claim.
+
+The hash pins the items committed before any selection run: a change to a
+generator or to the seed fails here instead of silently reporting new items.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import _quality_report_families as F
+import _quality_tasks as T
+import pytest
+
+
+def test_the_report_items_are_the_frozen_ones() -> None:
+    assert F.items_hash(F.report_items()) == F.REPORT_HASH
+    assert F.report_family_items("product", 30) == F.report_items()[:30]  # a prefix
+
+
+def test_report_families_are_not_selection_families() -> None:
+    assert not set(F.REPORT_FAMILIES) & ({*T.PROBED, *T.FREE})
+
+
+@pytest.mark.parametrize("family", [f for f, (k, _) in F.REPORT_FAMILIES.items() if k == "closed"])
+def test_closed_report_families_are_balanced_with_distinct_choices(family: str) -> None:
+    items = F.report_family_items(family, F.REPORT_ITEMS)
+    assert all(len(set(i.choices)) == len(i.choices) and i.answer in i.choices for i in items)
+    positions = Counter(i.choices.index(i.answer) for i in items)
+    k = len(items[0].choices)
+    assert set(positions) == set(range(k))
+    assert max(positions.values()) - min(positions.values()) <= 1
+
+
+def test_tool_families_need_arithmetic_and_the_passage_has_none() -> None:
+    for item in F.report_family_items("product", 40):
+        a, b = map(int, re.findall(r"\d+", item.question))
+        assert item.answer == str(a * b)
+    for item in F.report_family_items("shopping", 40):
+        assert re.findall(r"\d+", item.question) and item.answer.isdigit()
+    for item in F.report_family_items("passage", F.REPORT_ITEMS):
+        assert not re.search(r"\d", item.question)
+    assert {"product", "convert", "shopping"} == F.TOOL_FAMILIES
