@@ -585,6 +585,14 @@ class EngineBridge(abc.ABC):
         while len(self._resident) > _RESIDENT_LIMIT:
             self._resident.popitem(last=False)
 
+    def _output_handle(self, prompt: KVHandle, output_ids: tuple[int, ...], text: str) -> KVHandle:
+        """The result's handle: ``prompt`` followed by what was generated.
+
+        A bridge whose handles carry chat messages (the remote one) overrides it to
+        write ``text`` into the prompt's open assistant turn.
+        """
+        return prompt.extend(output_ids)
+
     def _account(self, gen: Generation, reason: FinishReason) -> GenerationResult:
         request = gen.request
         prompt = request.prompt
@@ -608,7 +616,8 @@ class EngineBridge(abc.ABC):
             c.recomputed_tokens += max(0, expected - cached)
         if self._retained and cached:
             c.retained_hit_tokens += min(cached, self.retained_prefix(prompt, salt))
-        handle = attrs.evolve(prompt.extend(out), epoch=self.epoch)
+        text = "".join(gen._text)
+        handle = attrs.evolve(self._output_handle(prompt, out, text), epoch=self.epoch)
         if request.retain is not None:
             if reason in ("stop", "length"):
                 self._retained[request.retain.key] = (salt, handle)
@@ -627,7 +636,6 @@ class EngineBridge(abc.ABC):
             # the last sampled token is never fed back: its KV is not computed
             self._remember_resident(handle, len(handle) - 1 if out else len(handle), salt)
         now = self.clock()
-        text = "".join(gen._text)
         return GenerationResult(
             request_id=request.request_id,
             prompt=prompt,

@@ -304,7 +304,7 @@ class ChatComposer:
         Like the template itself, it starts with the template's default system
         turn when the first message is not a system message.
         """
-        handle = self.bridge.handle(self.template.prefix, adapter=adapter)
+        handle = self._start(adapter)
         first_role = _unpack(messages[0])[0] if messages else None
         if self.template.default_system and first_role != "system":
             handle = handle.extend(self.template.default_system)
@@ -312,6 +312,10 @@ class ChatComposer:
             role, content = _unpack(message)
             handle = self.append(handle, role, content)
         return handle
+
+    def _start(self, adapter: str | AdapterRef | None) -> KVHandle:
+        """The handle every conversation starts from: the template's prefix ids."""
+        return self.bridge.handle(self.template.prefix, adapter=adapter)
 
     def prompt(
         self,

@@ -5,6 +5,12 @@ prompt exactly as the engine produced them, so the engine serves them from its
 prefix cache. Identity is (token ids, model, adapter, engine epoch); lineage
 (``parent``) says which handle this one extends, and ``since(ancestor)`` gives
 the segment added over it — what gets spliced into another role's prompt.
+
+A remote model's handle also carries the chat messages it stands for
+(``conversation``): an endpoint receives messages, not token ids, so those
+messages are what is sent, exactly as composed; its ids only count tokens.
+Such a handle grows by whole chat turns (``ChatIds`` that name their turn),
+never by bare ids (see ``docs/remote.md``).
 """
 
 from __future__ import annotations
@@ -29,7 +35,77 @@ Decoder = Callable[[Sequence[int]], str]
 
 
 def _token_tuple(ids: Iterable[int]) -> tuple[int, ...]:
-    return ids if isinstance(ids, tuple) else tuple(ids)
+    return ids if type(ids) is tuple else tuple(ids)  # a ChatIds keeps its ids only
+
+
+@attrs.frozen
+class ChatTurn:
+    """One chat message of a remote handle, as its endpoint receives it: a role, exact text."""
+
+    role: str
+    content: str
+
+
+@attrs.frozen
+class Conversation:
+    """The chat messages a remote model's handle stands for: what its endpoint is sent.
+
+    Attributes:
+        turns: the messages, in order, their contents exactly as composed or generated.
+        open: the last turn is an assistant turn still being written (a generation
+            prompt opened it; the model's output goes into it).
+    """
+
+    turns: tuple[ChatTurn, ...] = ()
+    open: bool = False
+
+    def add(self, turn: ChatTurn) -> Conversation:
+        """These turns and ``turn``; an open turn is closed first, as it stands."""
+        return Conversation((*self.turns, turn))
+
+    def opened(self) -> Conversation:
+        """An empty assistant turn opened for the model to write (an open one is closed)."""
+        return Conversation((*self.turns, ChatTurn("assistant", "")), open=True)
+
+    def written(self, text: str) -> Conversation:
+        """``text`` added to the open turn (what the model generated into it).
+
+        Raises:
+            HandleMismatch: no turn is open.
+        """
+        if not self.open:
+            raise HandleMismatch("no assistant turn is open to write into")
+        last = self.turns[-1]
+        return Conversation((*self.turns[:-1], ChatTurn(last.role, last.content + text)), open=True)
+
+    def closed(self) -> Conversation:
+        """The same turns, the open one (if any) closed as it stands."""
+        return Conversation(self.turns) if self.open else self
+
+    def messages(self) -> list[dict[str, str]]:
+        """The turns as chat completions ``messages``; a still empty open turn is no message."""
+        turns = self.turns
+        if self.open and turns and not turns[-1].content:
+            turns = turns[:-1]
+        return [{"role": t.role, "content": t.content} for t in turns]
+
+
+class ChatIds(tuple[int, ...]):
+    """Token ids that also say which chat text they stand for (a remote model's composer).
+
+    A tuple, so it goes wherever token ids go (``handle.extend(chat.turn(...))``).
+    ``text`` is the content the ids spell; ``turn`` the whole chat turn they add,
+    when they are one. A handle with a ``conversation`` extends only by a turn.
+    """
+
+    text: str
+    turn: ChatTurn | None
+
+    def __new__(cls, ids: Iterable[int], text: str, turn: ChatTurn | None = None) -> ChatIds:
+        self = super().__new__(cls, (int(t) for t in ids))
+        self.text = text
+        self.turn = turn
+        return self
 
 
 @attrs.frozen(eq=False, repr=False)
@@ -42,6 +118,9 @@ class KVHandle:
         adapter: the LoRA adapter whose KV the tokens are cached under, or None.
         epoch: the engine epoch the handle was made in (bumped on engine restart).
         parent: the handle this one extends, if any (lineage, not identity).
+        conversation: for a remote model's prompt, the chat messages it stands for
+            (part of its identity: two conversations can spell the same ids); None
+            for a local model's handle and for a piece of text (a segment).
     """
 
     token_ids: tuple[int, ...] = attrs.field(converter=_token_tuple)
@@ -50,10 +129,11 @@ class KVHandle:
     epoch: int = 0
     parent: KVHandle | None = None
     decoder: Decoder | None = attrs.field(default=None, kw_only=True)
+    conversation: Conversation | None = attrs.field(default=None, kw_only=True)
 
     # -- identity --------------------------------------------------------------
     def _key(self) -> tuple[object, ...]:
-        return (self.token_ids, self.model, self.adapter, self.epoch)
+        return (self.token_ids, self.model, self.adapter, self.epoch, self.conversation)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, KVHandle):
@@ -69,7 +149,8 @@ class KVHandle:
     def __repr__(self) -> str:
         adapter = f", adapter={self.adapter.name!r}" if self.adapter else ""
         size = len(self.token_ids)
-        return f"KVHandle({size} tokens, model={self.model!r}{adapter}, epoch={self.epoch})"
+        turns = "" if self.conversation is None else f", {len(self.conversation.turns)} turns"
+        return f"KVHandle({size} tokens{turns}, model={self.model!r}{adapter}, epoch={self.epoch})"
 
     # -- text (lazy) -------------------------------------------------------------
     @cached_property
@@ -85,6 +166,12 @@ class KVHandle:
 
         Extending by a handle requires the same model (token ids mean nothing across
         tokenizers; cross-model hand-offs go through an explicit re-tokenization).
+        A handle with a ``conversation`` extends only by ids that name a whole chat
+        turn (its bridge's ``chat.turn``); the turn joins the conversation.
+
+        Raises:
+            HandleMismatch: another model's handle, or bare ids or a handle added to a
+                conversation (they say no turn: compose with the bridge's ``chat``).
         """
         if isinstance(tokens, KVHandle):
             if tokens.model != self.model:
@@ -95,7 +182,20 @@ class KVHandle:
             extra: tuple[int, ...] = tokens.token_ids
         else:
             extra = tuple(int(t) for t in tokens)
-        return attrs.evolve(self, token_ids=self.token_ids + extra, parent=self)
+        if self.conversation is None or not extra:
+            return attrs.evolve(self, token_ids=self.token_ids + extra, parent=self)
+        turn = tokens.turn if isinstance(tokens, ChatIds) else None
+        if turn is None:
+            raise HandleMismatch(
+                f"a {self.model!r} handle stands for chat messages: extend it by whole turns "
+                "with its bridge's chat composer (chat.append, chat.turn), not by bare ids"
+            )
+        return attrs.evolve(
+            self,
+            token_ids=self.token_ids + extra,
+            parent=self,
+            conversation=self.conversation.add(turn),
+        )
 
     def with_adapter(self, adapter: AdapterRef | None) -> KVHandle:
         """The same tokens, cached under another adapter (no KV is shared across adapters)."""

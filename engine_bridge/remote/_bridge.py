@@ -1,12 +1,14 @@
 """RemoteBridge: a role's model served by any OpenAI-compatible endpoint (chat completions).
 
-Text crosses the boundary, never KV: the bridge keeps a local reversible
-tokenizer (``ToyTokenizer``) and a ChatML composer so roles build prompts the
-way they do on a local engine; each request's prompt is decoded back into chat
-messages and sent as ``POST {url}/chat/completions`` with ``stream=true``. Its
-fingerprint is its own, so handles reach it only through the explicit
-re-tokenization cascade already does across tokenizers. Nothing is cached
-here: ``cached_tokens`` is what the endpoint reports, and the usage it
+Text crosses the boundary, never KV. Roles compose prompts as on a local
+engine, through ``bridge.chat`` (a ``MessageComposer``): a remote handle
+carries the chat messages it stands for (``KVHandle.conversation``), and those
+messages are the ``messages`` of ``POST {url}/chat/completions`` (``stream=true``),
+exactly as composed; nothing is rendered to a prompt text and parsed back. Its
+ids come from a local reversible tokenizer (``ToyTokenizer``) and only count
+tokens. Its fingerprint is its own, so handles reach it only through the
+explicit re-tokenization cascade already does across tokenizers. Nothing is
+cached here: ``cached_tokens`` is what the endpoint reports, and the usage it
 reports (its own tokenizer's counts) is what the results and stats carry.
 
 Failures: a timeout, a dropped connection, 408/409/5xx and 429 (waiting
@@ -23,7 +25,6 @@ from __future__ import annotations
 import email.utils
 import json
 import os
-import re
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -32,18 +33,16 @@ import anyio
 import attrs
 
 from .._bridge import EngineBridge, EngineRequest, EngineStep, Generation, SchedulerSnapshot
-from .._chat import ChatComposer, ChatTemplate
+from .._chat import ChatTemplate
 from .._errors import RemoteError, RequestRefused
-from .._handle import KVHandle
-from .._tokenizer import IM_END, IM_START, ToyTokenizer
+from .._handle import Conversation, KVHandle
+from .._tokenizer import IM_END, ToyTokenizer
 from .._types import FinishReason, GenerationResult, Sampling
+from ._chat import MessageComposer
 
 if TYPE_CHECKING:  # httpx is imported when a bridge opens: ``import microagent`` needs none
     import httpx
 
-_TURN = re.compile(
-    re.escape(IM_START) + r"(\w+)\n(.*?)(?:" + re.escape(IM_END) + r"\n?|\Z)", re.DOTALL
-)
 _RETRIED_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 _ERROR_TEXT = 300
 
@@ -65,25 +64,6 @@ class _Retry(Exception):
         self.reason = reason
         self.status = status
         self.wait = wait
-
-
-def messages_of(text: str) -> list[dict[str, str]]:
-    """The chat messages of a ChatML prompt text; the trailing empty assistant opening is dropped.
-
-    Roles the chat API lacks (``tool``) become ``user`` turns.
-    """
-    out: list[dict[str, str]] = []
-    for match in _TURN.finditer(text):
-        role, content = match.group(1), match.group(2)
-        out.append(
-            {
-                "role": role if role in ("system", "user", "assistant") else "user",
-                "content": content,
-            }
-        )
-    if out and out[-1]["role"] == "assistant" and not out[-1]["content"]:
-        out.pop()
-    return out
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
@@ -158,7 +138,7 @@ class RemoteBridge(EngineBridge):
         self.retries = 0
         self.tokenizer = ToyTokenizer()
         self.eot_token_id = self.tokenizer.token_id(IM_END)
-        self.chat = ChatComposer(ChatTemplate.chatml(self.tokenize, self.eot_token_id), self)
+        self.chat = MessageComposer(ChatTemplate.chatml(self.tokenize, self.eot_token_id), self)
 
     def __repr__(self) -> str:  # never the key
         return f"RemoteBridge({self.model!r}, url={self.url!r}, model={self.remote_model!r})"
@@ -209,6 +189,15 @@ class RemoteBridge(EngineBridge):
     def check_request(self, prompt: KVHandle, sampling: Sampling) -> None:
         """Refuse what the chat completions API cannot carry (never dropped silently)."""
         super().check_request(prompt, sampling)
+        conversation = _conversation_of(prompt)
+        if not conversation.messages():
+            raise RequestRefused("prompt", "a remote prompt needs at least one message")
+        if conversation.open and conversation.turns[-1].content:
+            raise RequestRefused(
+                "prompt",
+                f"remote model {self.model!r} cannot continue a started assistant message "
+                "(chat completions begin a new one): close the turn and ask again",
+            )
         if prompt.adapter is not None:
             raise RequestRefused("adapter", f"remote model {self.model!r} takes no LoRA adapter")
         unsupported = {
@@ -230,7 +219,7 @@ class RemoteBridge(EngineBridge):
         s = request.sampling
         body: dict[str, Any] = {
             "model": self.remote_model,
-            "messages": messages_of(self.detokenize(request.prompt.token_ids)),
+            "messages": _conversation_of(request.prompt).messages(),
             "stream": True,
             "stream_options": {"include_usage": True},
             "max_tokens": s.max_tokens + (16 if s.choices else 0),
@@ -414,6 +403,19 @@ class RemoteBridge(EngineBridge):
     def _scheduler_snapshot(self) -> SchedulerSnapshot:
         return SchedulerSnapshot(running=self._running)
 
+    def _output_handle(self, prompt: KVHandle, output_ids: tuple[int, ...], text: str) -> KVHandle:
+        """The prompt's conversation with the reply written into its assistant turn (as sent:
+        for choices, the chosen text); the ids count the reply's tokens."""
+        conversation = _conversation_of(prompt)
+        if not conversation.open:  # the endpoint begins an assistant message of its own
+            conversation = conversation.opened()
+        return attrs.evolve(
+            prompt,
+            token_ids=prompt.token_ids + output_ids,
+            parent=prompt,
+            conversation=conversation.written(text),
+        )
+
     def _account(self, gen: Generation, reason: FinishReason) -> GenerationResult:
         """The base accounting, with the endpoint's own token counts where it reported them."""
         result = super()._account(gen, reason)
@@ -430,6 +432,22 @@ class RemoteBridge(EngineBridge):
             cached_tokens=usage.cached_tokens,
             completion_tokens=usage.completion_tokens,
         )
+
+
+def _conversation_of(prompt: KVHandle) -> Conversation:
+    """The chat messages ``prompt`` stands for; a handle without them is refused.
+
+    Raises:
+        RequestRefused: ``prompt`` is a piece of text (bare ids, a segment), not a
+            conversation composed with the bridge's ``chat``.
+    """
+    if prompt.conversation is None:
+        raise RequestRefused(
+            "prompt",
+            f"a {prompt.model!r} prompt must be chat messages composed with its bridge's chat "
+            "(chat.prompt, chat.append, chat.generation_prompt); this handle holds bare ids",
+        )
+    return prompt.conversation
 
 
 def _choice_answer(text: str, choices: Sequence[str]) -> str:
