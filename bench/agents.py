@@ -403,7 +403,7 @@ class MicroagentHttp:
         await self.loop.program(p, turns)
 
     async def counters(self) -> dict[str, float | None]:
-        from _collab_engines import fetch_metrics
+        from microagent.testing import fetch_metrics
 
         m = await asyncio.to_thread(fetch_metrics, self.url, MICROAGENT_METRICS)
         return {
@@ -457,7 +457,7 @@ class VllmHttp:
         await self.loop.program(p, turns)
 
     async def counters(self) -> dict[str, float | None]:
-        from _collab_engines import fetch_metrics
+        from microagent.testing import fetch_metrics
 
         url = f"http://127.0.0.1:{self.server.port}"
         m = await asyncio.to_thread(fetch_metrics, url, VLLM_METRICS)

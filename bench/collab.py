@@ -195,7 +195,8 @@ async def run_micro(
 async def run_client(
     server: Any, wl: dict[str, Any], ctx: str, choices: list[str]
 ) -> dict[str, Any]:
-    from _collab_engines import SERVED_NAME, metric_delta
+    from _collab_engines import SERVED_NAME
+    from microagent.testing import metric_delta
     from openai import AsyncOpenAI
 
     client = AsyncOpenAI(base_url=server.base_url, api_key="none", max_retries=0, timeout=600)
@@ -209,7 +210,8 @@ async def run_client(
 
 
 def run_langgraph(server: Any, wl: dict[str, Any], ctx: str, choices: list[str]) -> dict[str, Any]:
-    from _collab_engines import SERVED_NAME, metric_delta
+    from _collab_engines import SERVED_NAME
+    from microagent.testing import metric_delta
 
     job = {
         "system": P.SYSTEM,

@@ -356,7 +356,7 @@ class Http:
             "--max-num-batched-tokens", str(ENGINE["max_num_batched_tokens"]),
             "--engine-arg", f"num_gpu_blocks_override={self.blocks}",
         ]  # fmt: skip
-        from _collab_engines import wait_healthy
+        from microagent.testing import wait_healthy
 
         log = RESULTS / "load-microagent.log.tmp"
         self.proc = await asyncio.to_thread(_start, command, log)
@@ -385,7 +385,7 @@ class Http:
         )
 
     async def _metrics(self) -> dict[str, float]:
-        from _collab_engines import fetch_metrics
+        from microagent.testing import fetch_metrics
 
         return await asyncio.to_thread(fetch_metrics, f"http://127.0.0.1:{self.port}", HTTP_METRICS)
 

@@ -1,25 +1,22 @@
-"""vLLM's own OpenAI server as a test's "remote" model: the benchmark's launcher, reused.
+"""vLLM's own OpenAI server as a test's "remote" model (``microagent.testing.VLLMServer``).
 
-``bench/_collab_engines.py`` starts ``python -m vllm.entrypoints.openai.api_server``
-on the default model with the benchmark's scheduler settings (~110 s to healthy
-on a 2-core CPU); tests import that ``Server`` rather than a copy of it.
+Started on the default model with the benchmarks' scheduler settings (~110 s to
+healthy on a 2-core CPU) and the in-process engine's dtype.
 """
 
 from __future__ import annotations
 
 import socket
-import sys
 from pathlib import Path
 
 from microagent.engine_bridge import resolve_model
+from microagent.engine_bridge.vllm._compat import cpu_dtype
+from microagent.testing import VLLMServer
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-if str(BENCH) not in sys.path:
-    sys.path.insert(0, str(BENCH))
+#: The model name the server answers to.
+SERVED_NAME = "bench"
 
-from _collab_engines import SERVED_NAME, Server, metric_delta  # noqa: E402
-
-__all__ = ["SERVED_NAME", "Server", "metric_delta", "start_server"]
+__all__ = ["SERVED_NAME", "start_server"]
 
 
 def _free_port() -> int:
@@ -29,8 +26,23 @@ def _free_port() -> int:
         return port
 
 
-def start_server(workdir: Path) -> Server:
+def start_server(workdir: Path) -> VLLMServer:
     """Start the server process (not yet healthy: call ``wait_healthy``; ``stop`` when done)."""
     model_dir = resolve_model("default", progress=False)
     assert isinstance(model_dir, Path)
-    return Server(model_dir, _free_port(), prefix_caching=True, log=workdir / "vllm-server.log")
+    return VLLMServer(
+        model_dir,
+        _free_port(),
+        log=workdir / "vllm-server.log",
+        served_name=SERVED_NAME,
+        dtype=cpu_dtype(),
+        args=[
+            "--max-num-batched-tokens",
+            "2048",
+            "--max-num-seqs",
+            "16",
+            "--max-model-len",
+            "4096",
+        ],
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+    )

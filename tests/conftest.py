@@ -9,7 +9,7 @@ import pytest
 
 if TYPE_CHECKING:
     from _engine import RealEngine
-    from _vllm_server import Server
+    from microagent.testing import VLLMServer
 
 BACKENDS = [
     pytest.param(("asyncio", {}), id="asyncio"),
@@ -51,7 +51,7 @@ def real_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealEngine
 @pytest.fixture(scope="session")
 def vllm_server(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[Server]:
+) -> Iterator[VLLMServer]:
     """vLLM's own OpenAI server on the default model (the "remote" of hybrid tests).
 
     Served as ``SERVED_NAME`` at ``.base_url``; ``.metrics()`` reads its counters.

@@ -6,20 +6,15 @@ No engine: the benchmark itself is run by hand (see BENCHMARKS.md).
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
+import _accuracy_report as R
+import _accuracy_tasks as T
+import accuracy as A
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import _accuracy_report as R  # noqa: E402
-import _accuracy_tasks as T  # noqa: E402
-import accuracy as A  # noqa: E402
-from microagent.collab import majority  # noqa: E402
+from microagent.collab import majority
 
 
 def test_easy_set_is_fixed_balanced_and_verifiable() -> None:

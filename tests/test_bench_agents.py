@@ -14,18 +14,13 @@ import json
 import math
 import random
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
+import _agents_programs as P
+import _agents_report as R
+import agents as A
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import _agents_programs as P  # noqa: E402
-import _agents_report as R  # noqa: E402
-import agents as A  # noqa: E402
 
 # -- the programs ----------------------------------------------------------------------------
 

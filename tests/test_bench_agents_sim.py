@@ -8,17 +8,11 @@ hand, and the fit, the cost model and the targets are checked on made-up data.
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
+import _agents_trace as T
+import agents_sim as S
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import _agents_trace as T  # noqa: E402
-import agents_sim as S  # noqa: E402
-from microagent.testing import StepCost  # noqa: E402
+from microagent.testing import StepCost
 
 COST = StepCost(base=0.01, prefill_token=0.001, decode_seq=0.002, max_batched_tokens=256)
 BLOCK = 16

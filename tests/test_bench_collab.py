@@ -6,19 +6,13 @@ No engine: the benchmark itself is run by hand (see BENCHMARKS.md).
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+import _collab_floor as F
+import _collab_prompts as P
+import _collab_report as R
+import _collab_tasks as T
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import _collab_engines as E  # noqa: E402
-import _collab_floor as F  # noqa: E402
-import _collab_prompts as P  # noqa: E402
-import _collab_report as R  # noqa: E402
-import _collab_tasks as T  # noqa: E402
 
 
 def test_task_set_is_fixed_large_and_verifiable() -> None:
@@ -138,23 +132,6 @@ async def test_client_transcript_turn_is_microagent_s_text() -> None:
             turn = turn[: turn.index("<|im_end|>")]
             agent = turn[turn.index("those of agent ") + len("those of agent ") :].split(".")[0]
             assert turn == P.transcript_turn([round1], agent)
-
-
-def test_parse_metrics_sums_label_sets() -> None:
-    text = (
-        "# HELP vllm:prompt_tokens_total x\n"
-        'vllm:prompt_tokens_total{engine="0",model_name="bench"} 120.0\n'
-        'vllm:prompt_tokens_total{engine="1",model_name="bench"} 5.0\n'
-        'vllm:prefix_cache_hits_total{engine="0"} 64\n'
-        "vllm:unrelated_total 3\n"
-    )
-    m = E.parse_metrics(text)
-    assert m["vllm:prompt_tokens_total"] == 125.0
-    assert m["vllm:prefix_cache_hits_total"] == 64.0
-    assert (
-        E.metric_delta(m, {**m, "vllm:prompt_tokens_total": 200.0})["vllm:prompt_tokens_total"]
-        == 75.0
-    )
 
 
 def _run(

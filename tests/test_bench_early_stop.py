@@ -8,22 +8,17 @@ from __future__ import annotations
 
 import itertools
 import random
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import _early_stop_report as R
+import early_stop as S
 import pytest
+from _collab_tasks import Task
 from microagent.collab import StopRule, majority
 from microagent.collab._tally import adaptive_vote
 from microagent.engine_bridge import EngineRequest, ScriptedEngine
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import _early_stop_report as R  # noqa: E402
-import early_stop as S  # noqa: E402
-from _collab_tasks import Task  # noqa: E402
 
 YES_NO = ("yes", "no")
 

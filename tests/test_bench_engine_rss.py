@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import engine_rss as R  # noqa: E402
-from microagent.engine_bridge.vllm import _compat as compat  # noqa: E402
+import engine_rss as R
+from microagent.engine_bridge.vllm import _compat as compat
 
 
 def test_variants_follow_the_engine_s_allocator_choice() -> None:

@@ -5,16 +5,11 @@ No engine: the benchmark itself runs by hand on a quiet machine (see BENCHMARKS.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
+import _faults_report as R
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import _faults_report as R  # noqa: E402
 
 DATA: dict[str, Any] = {
     "settings": {

@@ -5,17 +5,12 @@ No engine: the benchmark itself is run by hand on a quiet machine (see BENCHMARK
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import _load_report as R
+import load as L
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import _load_report as R  # noqa: E402
-import load as L  # noqa: E402
-from _load_accounting import RequestRecord, prefill  # noqa: E402
+from _load_accounting import RequestRecord, prefill
 
 
 def run(system: str, rate: float, rep: int, p95: float, recomputed: int) -> dict[str, object]:

@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import lora_role as L  # noqa: E402
+import lora_role as L
 
 
 def test_held_out_questions_are_never_trained_on_and_proposals_are_balanced() -> None:

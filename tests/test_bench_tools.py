@@ -5,17 +5,12 @@ No engine: the benchmark itself is run by hand on a quiet machine (see BENCHMARK
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import _tools_report as R
 import anyio
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import _tools_report as R  # noqa: E402
-import tools as T  # noqa: E402
+import tools as T
 
 
 def run(system: str, load: int, rep: int, wall: float, steps: list[int]) -> dict[str, object]:

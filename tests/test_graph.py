@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import jsonschema
 import pytest
 from microagent.collab import (
+    AgentSpec,
     CollaborationEvent,
     Graph,
     GraphConfig,
@@ -16,6 +18,7 @@ from microagent.collab import (
     graph_json_schema,
     prepare_collaboration,
 )
+from microagent.collab.graph import NODE_AGENT_FIELDS, Node
 from microagent.engine_bridge import EngineRequest, ScriptedEngine
 
 pytestmark = pytest.mark.anyio
@@ -228,6 +231,27 @@ async def test_dict_form_round_trips_and_matches_its_schema() -> None:
     again = Graph.from_dict(data)
     assert again.to_dict() == data
     assert again.validate().run_bound("coder") == 3 and again.run_bound("planner") == 1
+
+
+async def test_node_agent_fields_are_agent_spec_fields() -> None:
+    """A node's agent fields are ``AgentSpec``'s: same types, defaults, rules and schema.
+
+    A new ``AgentSpec`` field fails here until ``Node`` carries it or it is
+    named below as one a node leaves out (a node's role is its name).
+    """
+    spec_fields, node_fields = attrs.fields_dict(AgentSpec), attrs.fields_dict(Node)
+    assert set(spec_fields) - set(NODE_AGENT_FIELDS) == {"role", "top_p", "tools"}
+    assert set(node_fields) - set(NODE_AGENT_FIELDS) == {"join"}
+    for name in NODE_AGENT_FIELDS:
+        assert node_fields[name].type == spec_fields[name].type, name
+        assert node_fields[name].default == spec_fields[name].default, name
+    for name in NODE_AGENT_FIELDS[1:]:  # each agent rule is checked, and names the node
+        broken: dict[str, Any] = {name: object()}
+        with pytest.raises(InvalidGraph) as info:
+            Node("n", **broken)
+        assert info.value.node == "n" and info.value.field == f"collaboration.nodes.{name}"
+    node_schema = graph_json_schema()["properties"]["nodes"]["items"]["oneOf"][1]
+    assert list(node_schema["properties"]) == [*NODE_AGENT_FIELDS, "join"]
 
 
 def _base() -> dict[str, Any]:

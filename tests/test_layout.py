@@ -306,3 +306,45 @@ def test_the_public_import_rule_can_fail() -> None:
     assert own_unit(Path("test_tools.py"), "_tool_calls")
     assert own_unit(Path("test_collab_soft.py"), "_soft")
     assert not own_unit(Path("test_openapi.py"), "_scripted")
+
+
+_SYS_PATH_EDITS = frozenset({"insert", "append", "extend", "remove", "pop", "clear"})
+
+
+def _mutates_sys_path(source: str) -> bool:
+    """Whether ``source`` edits ``sys.path`` (a method call, an assignment, ``syspath_prepend``)."""
+
+    def is_sys_path(node: ast.AST) -> bool:
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr == "path"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "sys"
+        )
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and (
+            (is_sys_path(node.value) and node.attr in _SYS_PATH_EDITS)
+            or node.attr == "syspath_prepend"
+        ):
+            return True
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(is_sys_path(t.value if isinstance(t, ast.Subscript) else t) for t in targets):
+                return True
+    return False
+
+
+def test_no_test_mutates_sys_path() -> None:
+    """Tests import bench modules through pytest's ``pythonpath`` (pyproject.toml) and shared
+    helpers from ``tests/`` or ``microagent.testing``: no import depends on which test file
+    happened to be collected first."""
+    assert _mutates_sys_path("import sys\nsys.path.insert(0, 'bench')\n")
+    assert _mutates_sys_path("import sys\nsys.path[:0] = ['bench']\n")
+    assert not _mutates_sys_path("import sys\nprint(sys.path[0])\n")
+    strays = [
+        path.name
+        for path in sorted((ROOT / "tests").glob("*.py"))
+        if _mutates_sys_path(path.read_text(encoding="utf-8"))
+    ]
+    assert strays == []

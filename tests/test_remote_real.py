@@ -1,7 +1,7 @@
 """Hybrid collaborations for real: local agents on the shared engine, a remote on vLLM's own server.
 
-The remote is ``python -m vllm.entrypoints.openai.api_server`` started by the
-benchmark's launcher (``vllm_server`` fixture). Vote and cascade run with
+The remote is ``python -m vllm.entrypoints.openai.api_server`` started by
+``microagent.testing.VLLMServer`` (``vllm_server`` fixture). Vote and cascade run with
 local and remote agents through Python and HTTP; the remote's per-model usage
 is checked against the server's own Prometheus counters.
 """
@@ -15,9 +15,10 @@ import anyio
 import httpx
 import pytest
 from _engine import RealEngine
-from _vllm_server import SERVED_NAME, Server, metric_delta
+from _vllm_server import SERVED_NAME
 from microagent import Outcome, RemoteBridge
 from microagent.collab import collaborate
+from microagent.testing import VLLMServer, metric_delta
 from test_server_helpers import LiveServer, live_server
 
 pytestmark = pytest.mark.engine
@@ -27,7 +28,7 @@ QUESTION = [{"role": "user", "content": "Is 17 a prime number? Answer yes or no.
 
 
 @pytest.fixture(scope="module")
-def big(real_engine: RealEngine, vllm_server: Server) -> Iterator[RemoteBridge]:
+def big(real_engine: RealEngine, vllm_server: VLLMServer) -> Iterator[RemoteBridge]:
     """The vLLM server as remote model ``big`` (opened on the shared engine's loop)."""
     bridge = RemoteBridge("big", vllm_server.base_url, model=SERVED_NAME, timeout=120.0)
     real_engine.call(bridge.open)
@@ -45,7 +46,7 @@ def server(real_engine: RealEngine, big: RemoteBridge) -> Iterator[LiveServer]:
         yield srv
 
 
-def counted(vllm_server: Server, run: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
+def counted(vllm_server: VLLMServer, run: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
     """``run()``'s result and what the server's counters rose by meanwhile."""
     before = vllm_server.metrics()
     result = run()
@@ -62,7 +63,7 @@ def check_remote_usage(by_model: dict[str, Any], local: str, delta: dict[str, fl
 
 
 def test_python_vote_with_local_and_remote_voters(
-    real_engine: RealEngine, big: RemoteBridge, vllm_server: Server
+    real_engine: RealEngine, big: RemoteBridge, vllm_server: VLLMServer
 ) -> None:
     local = real_engine.bridge
     agents = [{"name": "near", "count": 2}, {"name": "far", "model": "big"}]
@@ -91,7 +92,7 @@ def test_python_vote_with_local_and_remote_voters(
 
 
 def test_python_cascade_local_drafts_remote_verifies(
-    real_engine: RealEngine, big: RemoteBridge, vllm_server: Server
+    real_engine: RealEngine, big: RemoteBridge, vllm_server: VLLMServer
 ) -> None:
     demo = _demo()
     local = real_engine.bridge
@@ -110,7 +111,7 @@ def test_python_cascade_local_drafts_remote_verifies(
 
 
 def test_python_aggregate_with_a_remote_aggregator(
-    real_engine: RealEngine, big: RemoteBridge, vllm_server: Server
+    real_engine: RealEngine, big: RemoteBridge, vllm_server: VLLMServer
 ) -> None:
     """The local proposals reach the remote as text (re-tokenized), never as a local thread."""
     local = real_engine.bridge
@@ -133,7 +134,7 @@ def test_python_aggregate_with_a_remote_aggregator(
 
 
 def test_http_vote_and_cascade_with_a_remote_agent(
-    real_engine: RealEngine, server: LiveServer, vllm_server: Server
+    real_engine: RealEngine, server: LiveServer, vllm_server: VLLMServer
 ) -> None:
     local = real_engine.bridge.model
     bodies = [
@@ -172,7 +173,7 @@ def test_http_vote_and_cascade_with_a_remote_agent(
 
 
 def test_http_plain_completion_on_the_remote_model(
-    real_engine: RealEngine, server: LiveServer, vllm_server: Server
+    real_engine: RealEngine, server: LiveServer, vllm_server: VLLMServer
 ) -> None:
     body = {"model": "big", "messages": QUESTION, "max_tokens": 8, "temperature": 0}
     r, delta = counted(
@@ -194,7 +195,7 @@ def _demo() -> Any:
 
 
 def test_cancelling_a_collaboration_closes_the_remote_stream(
-    real_engine: RealEngine, big: RemoteBridge, vllm_server: Server
+    real_engine: RealEngine, big: RemoteBridge, vllm_server: VLLMServer
 ) -> None:
     """A collaboration cancelled while the remote generates leaves no request on the server."""
     agents = [{"name": "far", "model": "big", "max_tokens": 400}]
@@ -236,7 +237,7 @@ def test_cancelling_a_collaboration_closes_the_remote_stream(
     assert real_engine.call(drained)
 
 
-def _running(server: Server) -> float:
+def _running(server: VLLMServer) -> float:
     text = httpx.get(f"http://127.0.0.1:{server.port}/metrics").text
     return sum(
         float(line.rsplit(" ", 1)[1])

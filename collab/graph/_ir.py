@@ -29,23 +29,22 @@ from typing import Any, Final
 import attrs
 
 from .._errors import InvalidCollaboration, InvalidGraph
-from .._spec import MAX_AGENT_COUNT, AgentSpec, check_agent_field
+from .._spec import MAX_AGENT_COUNT, AgentSpec, agent_field_rules, check_agent_field
 from .._validators import run_validator, validator_from_spec
 
 #: Most instances one node may fan out to (an agent spec's own limit).
 MAX_NODE_COUNT: Final = MAX_AGENT_COUNT
-#: The agent fields a node carries (it adds ``join``); their rules are ``AgentSpec``'s.
-NODE_AGENT_FIELDS: Final = (
-    "name",
-    "instructions",
-    "adapter",
-    "model",
-    "temperature",
-    "max_tokens",
-    "count",
-)
 
 Predicate = Callable[[str], "bool | Awaitable[bool]"]
+
+
+def _agent_field(name: str) -> Any:
+    """A node field that is ``AgentSpec.<name>``: its default is the spec's, its rule too.
+
+    The rule is checked in ``Node.__attrs_post_init__``, where a broken one
+    raises ``InvalidGraph`` naming the node rather than the spec's error.
+    """
+    return attrs.field(default=attrs.fields_dict(AgentSpec)[name].default)
 
 
 @attrs.frozen
@@ -63,13 +62,13 @@ class Node:
         join: the node receives several unconditional predecessors (AND-join).
     """
 
-    name: str
-    instructions: str = ""
-    adapter: str | None = None
-    model: str | None = None
-    temperature: float | None = None
-    max_tokens: int | None = None
-    count: int = 1
+    name: str = _agent_field("name")
+    instructions: str = _agent_field("instructions")
+    adapter: str | None = _agent_field("adapter")
+    model: str | None = _agent_field("model")
+    temperature: float | None = _agent_field("temperature")
+    max_tokens: int | None = _agent_field("max_tokens")
+    count: int = _agent_field("count")
     join: bool = False
 
     def __attrs_post_init__(self) -> None:
@@ -131,6 +130,13 @@ class Node:
         return cls(**fields)
 
 
+#: The agent fields a node carries, in ``Node``'s order (it adds ``join``): each is an
+#: ``AgentSpec`` field, with that field's type, default and rule. A node's role is its
+#: name, so ``role`` is not one; nor are ``top_p`` and ``tools``. A test lists the ones
+#: left out: a new ``AgentSpec`` field fails it until ``Node`` declares it or it is listed.
+NODE_AGENT_FIELDS: Final = tuple(
+    f.name for f in attrs.fields(Node) if f.name in agent_field_rules()
+)
 _NODE_FIELDS = {f.name for f in attrs.fields(Node)}
 
 
