@@ -116,6 +116,51 @@ def target(
     return out
 
 
+#: issue 30: the published configuration beats greedy by this many points on report families
+MARGIN = 0.08
+
+
+def report_targets(data: dict[str, Any], method: str = "best") -> list[dict[str, Any]]:
+    """Issue 30's targets for ``method`` on the run's report families, against greedy:
+    ``{target, measured, met}`` each ([] when the run has no report family)."""
+    report = [f for f in data["settings"].get("report_families", [])]
+    summary = summarize(data, answered(data["rows"]))
+    report = [f for f in report if f in summary and method in summary[f]]
+    if not report:
+        return []
+    won, worse = [], []
+    for family in report:
+        table = summary[family]
+        e, g = table[method], table["greedy"]
+        test = e.get("vs_greedy") or {"p": 1.0, "a_only": 0, "b_only": 0}
+        gain = e["accuracy"] - g["accuracy"]
+        cheap = e["completion_tokens"] <= TOKEN_BUDGET * g["completion_tokens"]
+        if gain >= MARGIN and test["p"] < ALPHA and test["a_only"] > test["b_only"] and cheap:
+            won.append(f"{family} (+{gain * 100:.1f} points, p={test['p']:.2g})")
+        if test["p"] < ALPHA and test["b_only"] > test["a_only"]:
+            worse.append(f"{family} ({gain * 100:+.1f} points, p={test['p']:.2g})")
+    refused = sum(n for (f, m), (n, _) in refusals(data).items() if m == method and f in report)
+    return [
+        {
+            "target": f"`{method}` beats greedy by >= {MARGIN * 100:.0f} points (McNemar "
+            f"p < {ALPHA}) on >= {TARGET_FAMILIES} report families at <= {TOKEN_BUDGET:g}x "
+            "greedy's completion tokens",
+            "measured": ", ".join(won) or "none",
+            "met": len(won) >= TARGET_FAMILIES,
+        },
+        {
+            "target": f"`{method}` is significantly worse than greedy on no report family",
+            "measured": ", ".join(worse) or "none worse",
+            "met": not worse,
+        },
+        {
+            "target": f"`{method}` refuses no question of the report families",
+            "measured": f"{refused} refused",
+            "met": refused == 0,
+        },
+    ]
+
+
 def tables(data: dict[str, Any]) -> str:
     s = data["settings"]
     m = data.get("machine", {})
@@ -177,24 +222,37 @@ def tables(data: dict[str, Any]) -> str:
             cells.append(f"{e['accuracy']:.3f} ({e['wilson'][0]:.3f}–{e['wilson'][1]:.3f})")
             above = above or e["wilson"][0] > c
         lines.append(f"| {family} | {c:.3f} | {' | '.join(cells)} | {'yes' if above else 'no'} |")
+    report = set(s.get("report_families", []))
     lines += [
         "",
         "McNemar columns: items only this method got right / only the baseline got right, "
         "exact two-sided p. Tokens: completion tokens per question, and as a multiple of "
-        "`single`'s.",
+        "`greedy`'s. Greedy (temperature 0) is listed first: every claim is against it.",
     ]
-    for family in families:
-        table = summary[family]
-        single_tokens = table.get("single", {}).get("completion_tokens")
+    if report:
         lines += [
             "",
-            f"**{family}** ({table[next(iter(table))]['n']} items, chance "
+            "Report families (" + ", ".join(f"`{f}`" for f in families if f in report) + "): "
+            f"generated from their own seed ({s.get('report_seed')}), frozen (items hash "
+            f"`{str(s.get('report_hash'))[:12]}…`) before any configuration was chosen, and "
+            "never used to choose one. Selection families: "
+            + (", ".join(f"`{f}`" for f in families if f not in report) or "none in this run")
+            + ".",
+        ]
+    ordered = ["greedy", *(m for m in s["methods"] if m != "greedy")]
+    for family in families:
+        table = summary[family]
+        greedy_tokens = table.get("greedy", {}).get("completion_tokens")
+        where = "report" if family in report else "selection"
+        lines += [
+            "",
+            f"**{family}** ({where} family, {table[next(iter(table))]['n']} items, chance "
             f"{chance(data, family):.3f})",
             "",
-            "| method | accuracy | 95 % CI | vs greedy | vs single | tokens / q | × single |",
+            "| method | accuracy | 95 % CI | vs greedy | vs single | tokens / q | × greedy |",
             "|---|---|---|---|---|---|---|",
         ]
-        for method in s["methods"]:
+        for method in ordered:
             if (family, method) in refused and method not in table:
                 count, reason = refused[(family, method)]
                 lines.append(f"| {method} | refused ({count} items: {reason}) | | | | | |")
@@ -203,7 +261,7 @@ def tables(data: dict[str, Any]) -> str:
                 continue
             e = table[method]
             lo, hi = e["wilson"]
-            ratio = f"{e['completion_tokens'] / single_tokens:.2f}" if single_tokens else "–"
+            ratio = f"{e['completion_tokens'] / greedy_tokens:.2f}" if greedy_tokens else "–"
             partly = (
                 f" ({refused[(family, method)][0]} refused)" if (family, method) in refused else ""
             )
@@ -256,6 +314,20 @@ def tables(data: dict[str, Any]) -> str:
             met = " — **met**" if strict["met"] else " — *met*" if e["met"] else ""
             cells.append(f"{won}{over}{met}")
         lines.append(f"| {method} | {' | '.join(cells)} |")
+    goals = report_targets(data)
+    if goals:
+        lines += [
+            "",
+            "Targets (issue 30), for the published configuration (`best`) on the report "
+            "families, against greedy:",
+            "",
+            "| target | measured | met |",
+            "|---|---|---|",
+            *(
+                f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'no'} |"
+                for t in goals
+            ),
+        ]
     ran = {**data, "rows": answered(data["rows"])}
     bias_lines: list[str] = []
     for family in closed_families:
@@ -349,6 +421,18 @@ def update_benchmarks(path: Path, tables_md: str, json_path: str, out: str = "qu
     replace_section(path, begin, end, heading, body)
 
 
+#: docs/quality.md's generated part: the report families' tables of the latest report run
+PAGE_BEGIN = "<!-- quality-report:begin (generated by bench/quality.py --update; do not edit) -->"
+PAGE_END = "<!-- quality-report:end -->"
+
+
+def update_quality_page(path: Path, tables_md: str, json_path: str) -> None:
+    """Put a report run's tables (``--families report``) into docs/quality.md, from its JSON."""
+    body = f"{tables_md}\nData: `{json_path}` (the plot: BENCHMARKS.md).\n"
+    heading = "Report families against greedy (generated)"
+    replace_section(path, PAGE_BEGIN, PAGE_END, heading, body)
+
+
 __all__ = [
     "above_chance",
     "answered",
@@ -357,8 +441,10 @@ __all__ = [
     "extraction",
     "plot",
     "refusals",
+    "report_targets",
     "tables",
     "target",
     "update_benchmarks",
+    "update_quality_page",
     "wins",
 ]

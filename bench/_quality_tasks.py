@@ -56,6 +56,12 @@ from typing import Any, TypeVar
 
 from _accuracy_tasks import Item
 from _collab_tasks import _CAPITALS, _COLORS, _OPPOSITES, _SOUNDS
+from _quality_report_families import (
+    NUMERIC_REPORT,
+    REPORT_FAMILIES,
+    REPORT_MAX_TOKENS,
+    report_family_items,
+)
 from microagent.collab._tally import normalize_answer
 from microagent.collab._validators import extract_json, json_schema_validator
 
@@ -319,12 +325,16 @@ MAX_TOKENS: dict[str, int] = {
     "country_free": 12,
     "sum_free": 12,
     "extract": 48,
+    **REPORT_MAX_TOKENS,
 }
 
 
 def kind(family: str) -> str:
     """A family's answer form: ``closed`` (one of its choices), ``free`` (a short text) or
-    ``json`` (an object to ``EXTRACT_SCHEMA``): it decides which methods fit the family."""
+    ``json`` (an object to ``EXTRACT_SCHEMA``): it decides which methods fit the family.
+    Report families (``_quality_report_families``) say their own."""
+    if family in REPORT_FAMILIES:
+        return REPORT_FAMILIES[family][0]
     if family in PROBED:
         return "closed"
     if family not in FREE:
@@ -362,7 +372,7 @@ def grade(item: Item, answer: str) -> dict[str, Any]:
     from any JSON object in the answer, valid or not)."""
     if item.choices:
         return {"correct": answer == item.answer}
-    if item.family == "sum_free":
+    if item.family == "sum_free" or item.family in NUMERIC_REPORT:
         return {"correct": _last_number(answer, item.answer)}
     if item.family == "country_free":
         return {"correct": _names_only(answer, item.answer, sorted(_CAPITALS))}
@@ -387,7 +397,10 @@ def _field_right(got: object, want: object) -> bool:
 
 
 def family_items(family: str, n: int, seed: int = 14) -> list[Item]:
-    """The first ``n`` items of ``family`` for ``seed`` (a prefix of any longer set)."""
+    """The first ``n`` items of ``family`` for ``seed`` (a prefix of any longer set); a report
+    family's come from its own frozen seed (``REPORT_SEED``), whatever ``seed`` is."""
+    if family in REPORT_FAMILIES:
+        return report_family_items(family, n)
     if family in FREE:
         return FREE[family](f"{seed}-{family}", n)
     rng = random.Random(f"{seed}-{family}")

@@ -35,6 +35,7 @@ MIX: dict[str, int] = {
     "cascade": 4,
     "graph": 3,
     "best_of": 4,
+    "compute": 3,
     "auto": 4,
     "collab_stream": 6,
     "disconnect": 8,
@@ -50,7 +51,17 @@ FILL_WORDS = (60, 3000)
 FILL_INDEX = 2_000_000
 #: warm-up requests are numbered from here (their prompts differ from the run's)
 WARMUP_INDEX = 1_000_000
-MODES = ("vote", "debate", "reflect", "aggregate", "cascade", "graph", "best_of", "auto")
+MODES = (
+    "vote",
+    "debate",
+    "reflect",
+    "aggregate",
+    "cascade",
+    "graph",
+    "best_of",
+    "compute",
+    "auto",
+)
 
 
 def lookup(key: Literal["alpha", "beta", "gamma"]) -> str:
@@ -124,6 +135,8 @@ def _collab(mode: str, i: int, **extra: Any) -> dict[str, Any]:
     elif mode == "best_of":
         agents = [{"name": "candidate", "count": 3}]
         collaboration["judge"] = "self"
+    elif mode == "compute":  # the sandboxed calculator (the soak's server has --calculator)
+        agents = [{"name": "solver", "count": 2}]
     elif mode == "auto":
         agents = [{"name": "agent", "count": 3}]
         if i % 2:
@@ -131,8 +144,13 @@ def _collab(mode: str, i: int, **extra: Any) -> dict[str, Any]:
     else:
         raise ValueError(f"no soak request for mode {mode!r}")
     collaboration.update(extra.pop("collaboration", {}))
+    question = (
+        [{"role": "user", "content": f"Case {i}: what is {i % 97} + {i % 13 + 5}?"}]
+        if mode == "compute"
+        else _question(i)
+    )
     body: dict[str, Any] = {
-        "messages": _question(i),
+        "messages": question,
         "max_tokens": MAX_TOKENS,
         "temperature": 0.7,
         "collaboration": collaboration,

@@ -142,6 +142,8 @@ def outcome_row(method: str, item: Item, out: Any, seconds: float) -> dict[str, 
         ]
     if "strategy" in out.details:
         extra["strategy"] = out.details["strategy"]
+    if "path" in out.details:  # compute: the calculator's answer, or the direct (greedy) one
+        extra["path"] = out.details["path"]
     return {
         "method": method,
         "item": item.id,

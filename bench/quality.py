@@ -1,4 +1,18 @@
-"""Quality of collaboration strategies vs a single call, per task family (issue 14).
+"""Quality of collaboration strategies vs a single call, per task family (issues 14, 30).
+
+Greedy decoding (temperature 0) is the baseline every claim is made against;
+the sampled single call stays beside it. Families come in two sets
+(issue 30): *selection* families (``_quality_tasks``), where configurations
+and ``auto``'s rules are chosen, and *report* families
+(``_quality_report_families``: ``--families report``), generated from their own
+seed and frozen (their items' hash committed and checked here) before any
+selection, never used for a choice. The published numbers are the report
+families'. ``compute``/``compute3``/``auto5-calc`` are the program-aided
+methods (the sandboxed calculator); ``soft2-content`` is the closed-choice
+configuration published before issue 30. A published file's ``serve_args``
+(``microagent serve`` options its request needs over HTTP, e.g.
+``--calculator``) are parsed by serve's own parser and recorded in the JSON;
+this bench runs in process, through the function the server calls.
 
 Runs every method on the same generated questions (``bench/_quality_tasks.py``:
 one family after another, ``--items`` each, fixed by ``--seed``) on the real
@@ -72,11 +86,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _quality_report as R  # noqa: E402
+import _quality_report_families as F  # noqa: E402
 import _quality_tasks as T  # noqa: E402
 from _accuracy_tasks import Item  # noqa: E402
+from _quality_http import ServedModel  # noqa: E402
 from _quality_tasks import FAMILIES, FREE, PROBED, quality_set  # noqa: E402
 from _sections import machine  # noqa: E402
 from accuracy import outcome_row  # noqa: E402
+from microagent.server import serve_options  # noqa: E402
 
 RESULTS = HERE / "results"
 BEST = RESULTS / "quality_best.json"
@@ -114,6 +131,23 @@ def _with_greedy(sampled: int, **collaboration: Any) -> dict[str, Any]:
     }
 
 
+#: program-aided (``compute``): one greedy solver writes arithmetic, the sandboxed calculator
+#: evaluates it; a question with nothing to compute gets the greedy call's answer
+COMPUTE: dict[str, Any] = {
+    "agents": [{"name": "solver", "count": 1, "temperature": 0.0}],
+    "collaboration": {"mode": "compute"},
+}
+#: the same with two sampled solvers beside the greedy one: their values are voted
+COMPUTE3: dict[str, Any] = {
+    "agents": [
+        {"name": "greedy", "count": 1, "temperature": 0.0},
+        {"name": "sampled", "count": 2},
+    ],
+    "collaboration": {"mode": "compute"},
+}
+#: the server options the calculator methods need over HTTP (``serve_args`` when published)
+CALCULATOR_ARGS = ["--calculator"]
+
 #: method -> request fields (agents, collaboration, optionally temperature);
 #: answer.choices is added per item
 METHODS: dict[str, dict[str, Any]] = {
@@ -124,7 +158,15 @@ METHODS: dict[str, dict[str, Any]] = {
     "debias5-order": _vote(5, early_stop=False, debias="order"),
     "debias5-labels": _vote(5, early_stop=False, debias="labels"),
     "soft5": _vote(5, early_stop=False, soft=True),
-    "best": {},  # read from quality_best.json: vote-2, debias order, soft, content-calibrated
+    "best": {},  # the published configuration, read from quality_best.json
+    # the closed configuration published before issue 30 (chosen on the selection families)
+    "soft2-content": {
+        **_vote(2, debias="order", soft=True, calibrate="content", answer_tokens=1),
+        "max_tokens": 8,
+    },
+    "compute": COMPUTE,
+    "compute3": COMPUTE3,
+    "auto5-calc": _team("auto", 5, calculator=True),
     "soft2-order": _vote(2, early_stop=False, debias="order", soft=True),
     "soft2-labels": _vote(2, early_stop=False, debias="labels", soft=True),
     "soft4-order-cal": _vote(4, debias="order", soft=True, calibrate="position"),
@@ -139,6 +181,18 @@ QUICK_METHODS = tuple(METHODS)
 #: greedy-labels and the position-calibrated soft vote are --quick only
 FULL_METHODS = tuple(
     m for m in METHODS if m not in ("debias5-labels", "soft2-labels", "soft4-order-cal")
+)
+#: the methods of a report run (``--families report``): the baselines, the published
+#: configuration, the one it replaced and the calculator's variants
+REPORT_METHODS = (
+    "greedy",
+    "single",
+    "best",
+    "soft2-content",
+    "best3-likelihood-greedy-adaptive",
+    "compute",
+    "compute3",
+    "auto5-calc",
 )
 
 #: the request's validator on ``extract``: its answer must be JSON valid against the schema
@@ -165,17 +219,21 @@ FREE_METHODS: dict[str, dict[str, Any]] = {
     "best3-likelihood-greedy": _with_greedy(2),
     # the same in waves of 2: the third candidate only when the first two leave it open;
     # published for free answers (``BEST_FREE``), read from the file as a client reads it
-    "best3-likelihood-greedy-adaptive": json.loads(BEST_FREE.read_text()),
+    "best3-likelihood-greedy-adaptive": _with_greedy(2, adaptive=True),
     "best3-likelihood-number": _team(
         "best_of", 3, judge="likelihood", answer={"extract": "number"}
     ),
     "auto5": _team("auto", 5),
+    "best": {},  # the published configuration, read from quality_best_free.json
+    "compute": COMPUTE,
+    "compute3": COMPUTE3,
+    "auto5-calc": _team("auto", 5, calculator=True),
 }
 #: free methods that read a number (``answer.extract: number``): run on numeric families only
 NUMBER_METHODS = frozenset(
     m
     for m, fields in FREE_METHODS.items()
-    if fields["collaboration"].get("answer", {}).get("extract") == "number"
+    if fields and fields["collaboration"].get("answer", {}).get("extract") == "number"
 )
 #: the JSON family (``extract``): no votes (their answer is normalised text, not JSON)
 JSON_METHODS: dict[str, dict[str, Any]] = {
@@ -206,8 +264,11 @@ ALL_METHODS = tuple(dict.fromkeys(m for table in METHODS_BY_KIND.values() for m 
 
 def methods_for(family: str, chosen: list[str] | None, quick: bool = False) -> list[str]:
     """The methods run on ``family``: those of ``chosen`` that fit its kind (``None``: the
-    kind's defaults, ``QUICK_METHODS``/``FULL_METHODS`` on closed families, all otherwise)."""
+    kind's defaults: ``REPORT_METHODS`` on report families, ``QUICK_METHODS``/``FULL_METHODS``
+    on closed ones, all otherwise)."""
     table = METHODS_BY_KIND[T.kind(family)]
+    if chosen is None and family in F.REPORT_FAMILIES:
+        chosen = list(REPORT_METHODS)
     if chosen is None:
         if table is METHODS:
             return list(QUICK_METHODS if quick else FULL_METHODS)
@@ -217,15 +278,32 @@ def methods_for(family: str, chosen: list[str] | None, quick: bool = False) -> l
 
 def fields_of(method: str, family: str) -> dict[str, Any]:
     """The request fields of ``method`` on ``family`` (before the item's choices)."""
-    if method == "best" and T.kind(family) == "closed":
-        return published()
+    if method == "best":
+        return published(T.kind(family))
     return METHODS_BY_KIND[T.kind(family)][method]
 
 
-def published() -> dict[str, Any]:
-    """The published closed-choice configuration: ``agents``, ``collaboration``, ``max_tokens``."""
-    best: dict[str, Any] = json.loads(BEST.read_text())
+def published(kind: str = "closed") -> dict[str, Any]:
+    """The published configuration for closed (``quality_best.json``) or free questions
+    (``quality_best_free.json``): the request fields, less ``serve_args``, the server
+    options it needs over HTTP (checked by ``serve_args``)."""
+    best: dict[str, Any] = json.loads((BEST if kind == "closed" else BEST_FREE).read_text())
+    serve_args(best)
+    best.pop("serve_args", None)
     return best
+
+
+def serve_args(config: dict[str, Any]) -> list[str]:
+    """A published file's ``serve_args`` (``[]`` without), parsed by ``microagent serve``'s
+    own parser so that a typo fails here, not for the user who copies it."""
+    args = config.get("serve_args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise SystemExit(f"serve_args must be a list of strings, got {args!r}")
+    try:
+        serve_options(args)
+    except ValueError as exc:
+        raise SystemExit(f"serve_args {args}: microagent serve refuses them: {exc}") from None
+    return list(args)
 
 
 def request_of(method: str, item: Item) -> dict[str, Any]:
@@ -261,16 +339,19 @@ async def run_one(bridge: Any, method: str, item: Item) -> dict[str, Any]:
     mode = options.pop("mode")
     t0 = time.monotonic()
     try:
-        out = await M.collaborate(
-            bridge,
-            mode,
-            item.question,
-            body["agents"],
-            temperature=body["temperature"],
-            max_tokens=body["max_tokens"],
-            **options,
-        )
-    except M.InvalidCollaboration as exc:  # e.g. soft votes over choices sharing a first token
+        if isinstance(bridge, ServedModel):  # --http: the same fields, as a client sends them
+            out = await bridge.collaborate(body, item)
+        else:
+            out = await M.collaborate(
+                bridge,
+                mode,
+                item.question,
+                body["agents"],
+                temperature=body["temperature"],
+                max_tokens=body["max_tokens"],
+                **options,
+            )
+    except (M.InvalidCollaboration, ValueError) as exc:  # a configuration refusing the item
         return {"method": method, "item": item.id, "family": item.family, "refused": str(exc)}
     row: dict[str, Any] = outcome_row(method, item, out, time.monotonic() - t0)
     if not item.choices:  # a free answer: graded (closed ones are the choice itself)
@@ -296,7 +377,15 @@ def parse_families(text: str) -> tuple[str, ...]:
         return FAMILIES
     out: list[str] = []
     for name in text.split(","):
-        out += list(PROBED) if name == "all" else list(FREE) if name == "free" else [name]
+        out += (
+            list(PROBED)
+            if name == "all"
+            else list(FREE)
+            if name == "free"
+            else list(F.REPORT_FAMILIES)
+            if name == "report"
+            else [name]
+        )
     for family in out:
         T.kind(family)  # raises on an unknown family
     return tuple(dict.fromkeys(out))
@@ -310,7 +399,22 @@ async def main_async(args: argparse.Namespace, chosen: list[str] | None) -> dict
     methods = list(dict.fromkeys(m for f in families for m in plan[f]))
     first = {m: next(f for f in families if m in plan[f]) for m in methods}
     items = quality_set(args.items, args.seed, families)
-    bridge = make_bridge()
+    report = [f for f in families if f in F.REPORT_FAMILIES]
+    if report:  # the report families must be the frozen ones
+        frozen = F.items_hash(F.report_items())
+        if frozen != F.REPORT_HASH:
+            raise SystemExit(
+                f"the report families' items hash to {frozen}, not the frozen {F.REPORT_HASH}: "
+                "a generator or the seed changed after they were frozen"
+            )
+    published_args = sorted(
+        {a for path in (BEST, BEST_FREE) for a in serve_args(json.loads(path.read_text()))}
+    )
+    bridge: Any = (
+        ServedModel(published_args, RESULTS / "quality-serve.log", engine=args.engine)
+        if args.http
+        else make_bridge()
+    )
     rows: list[dict[str, Any]] = []
     loads: dict[str, list[float]] = {}
     t_start = time.monotonic()
@@ -328,7 +432,8 @@ async def main_async(args: argparse.Namespace, chosen: list[str] | None) -> dict
                 acc = sum(r["correct"] for r in mine) / len(mine) if mine else float("nan")
                 print(f"{method:18s} {family:10s} acc {acc:.3f}", flush=True)
             print(f"{method:18s} {time.monotonic() - t0:6.1f} s  load {before:.2f}", flush=True)
-            bridge.generations.clear()  # kept per method only: instrumentation
+            if not args.http:
+                bridge.generations.clear()  # kept per method only: instrumentation
     finally:
         await bridge.close()
     return {
@@ -348,6 +453,18 @@ async def main_async(args: argparse.Namespace, chosen: list[str] | None) -> dict
                 for f in families
             },
             "sampling_seeded": False,
+            # in process (collaborate(), the function the server calls) or over HTTP
+            "path": "http" if args.http else "in-process",
+            # report families: generated from their own frozen seed, never used for a choice
+            "report_families": report,
+            "report_seed": F.REPORT_SEED if report else None,
+            "report_hash": F.REPORT_HASH if report else None,
+            "tool_families": sorted(set(report) & F.TOOL_FAMILIES),
+            # what the published configurations need from a server (``serve_args``)
+            "serve_args": {
+                "best": serve_args(json.loads(BEST.read_text())),
+                "best_free": serve_args(json.loads(BEST_FREE.read_text())),
+            },
         },
         "items": [item.__dict__ for item in items],
         "rows": rows,
@@ -363,7 +480,9 @@ def main() -> int:
     ap.add_argument(
         "--families",
         default="",
-        help=f"comma-separated subset of {[*PROBED, *FREE]}; all (closed ones) or free",
+        help=f"comma-separated subset of {[*PROBED, *FREE, *F.REPORT_FAMILIES]}; all (closed "
+        "selection families), free (free selection families) or report (the frozen report "
+        "families)",
     )
     ap.add_argument("--seed", type=int, default=14)
     ap.add_argument("--methods", default="", help=f"comma-separated subset of {list(ALL_METHODS)}")
@@ -371,6 +490,14 @@ def main() -> int:
     ap.add_argument("--update", action="store_true", help="rewrite BENCHMARKS.md's section")
     ap.add_argument("--force", action="store_true", help="run even on a busy machine")
     ap.add_argument("--report-only", action="store_true", help="tables from the existing JSON")
+    ap.add_argument(
+        "--http",
+        action="store_true",
+        help="through microagent serve, started with the published files' serve_args",
+    )
+    ap.add_argument(
+        "--engine", choices=("vllm", "scripted"), default="vllm", help=argparse.SUPPRESS
+    )
     args = ap.parse_args()
     args.items = args.items or (QUICK_ITEMS if args.quick else FULL_ITEMS)
     free = all(T.kind(f) != "closed" for f in parse_families(args.families))
@@ -393,6 +520,7 @@ def main() -> int:
         started = time.time()
         data = asyncio.run(main_async(args, chosen))
         data["machine"] = machine(load, bool(args.force and load >= 1.0), started)
+        data["targets"] = R.report_targets(data)
         RESULTS.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, separators=(",", ":")))  # compact: per-item rows
     tables = R.tables(data)
@@ -401,6 +529,10 @@ def main() -> int:
     print(tables)
     if args.update:
         R.update_benchmarks(HERE.parent / "BENCHMARKS.md", tables, f"bench/results/{out}.json", out)
+        if data["settings"].get("report_families"):  # the page publishes report runs only
+            R.update_quality_page(
+                HERE.parent / "docs" / "quality.md", tables, f"bench/results/{out}.json"
+            )
     return 0
 
 

@@ -101,6 +101,7 @@ class SoakServer:
             str(port),
             "--tool",
             "lookup=_soak_requests:lookup",
+            "--calculator",  # the compute mode's sandboxed calculator
             # every retained turn (tool calls, prompt_cache_*) ends within this: an idle
             # server holds no retention, so a retention that never ends shows as a leak
             "--session-ttl-max",

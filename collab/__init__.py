@@ -17,6 +17,11 @@ from ._budget import TokenBudgetExceeded as TokenBudgetExceeded
 from ._budget import TokenMeter as TokenMeter
 from ._budget import largest_turn as largest_turn
 from ._budget import worst_case_tokens as worst_case_tokens
+from ._calculator import CALCULATOR as CALCULATOR
+from ._calculator import EXPRESSION_REGEX as EXPRESSION_REGEX
+from ._calculator import CalculationError as CalculationError
+from ._calculator import calculate as calculate
+from ._calculator import calculator_tool as calculator_tool
 from ._config import ModeConfig as ModeConfig
 from ._config import boolean as boolean
 from ._config import build_config as build_config
@@ -121,8 +126,10 @@ from .trace import write_trace as write_trace
 
 __all__ = [
     "BUILTIN_EVENTS",
+    "CALCULATOR",
     "DEFAULT_MAX_AGENTS",
     "DEFAULT_MAX_TOOL_STEPS",
+    "EXPRESSION_REGEX",
     "LEVEL_SPAN",
     "MAX_AGENT_COUNT",
     "MAX_AGENT_TOKENS",
@@ -131,6 +138,7 @@ __all__ = [
     "AgentRecord",
     "AgentSpec",
     "AnswerSpec",
+    "CalculationError",
     "ChoiceView",
     "CollaborationContext",
     "CollaborationError",
@@ -191,6 +199,8 @@ __all__ = [
     "boolean",
     "bridge_for_spec",
     "build_config",
+    "calculate",
+    "calculator_tool",
     "cascade",
     "check_agent_field",
     "collaborate",

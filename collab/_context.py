@@ -38,6 +38,7 @@ class CollaborationContext(Generic[C]):
         agents: the agent specs of the request.
         engine: the default engine bridge; ``engines`` maps model names to bridges.
         context: the task context composed once into a handle (shared prefix of every role).
+        question: the user's question as text ("" when the context was a bare handle).
         records: what every spawned agent did, by agent name.
     """
 
@@ -52,6 +53,7 @@ class CollaborationContext(Generic[C]):
         context: KVHandle,
         messages: tuple[Mapping[str, Any], ...],
         scope: ActorScope,
+        question: str = "",
         on_event: EventCallback | None,
         scheduling: ServicePolicy | None = None,
         tools: Mapping[str, Tool] | None = None,
@@ -72,6 +74,7 @@ class CollaborationContext(Generic[C]):
         self.engines = engines
         self.context = context
         self.messages = messages
+        self.question = question
         self.records: dict[str, AgentRecord] = {}
         self.roles: dict[str, Role] = {}
         self._scope = scope

@@ -129,6 +129,24 @@ def prepare_collaboration(
     return PreparedCollaboration(op, config, tuple(specs))
 
 
+def question_of(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The last user message's text (a spliced handle's text; text parts joined)."""
+    for message in reversed(messages):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, KVHandle):
+            return content.text
+        if isinstance(content, str):
+            return content
+        if isinstance(content, Sequence):
+            return " ".join(
+                str(part.get("text", "")) for part in content if isinstance(part, Mapping)
+            )
+        return ""
+    return ""
+
+
 def _messages(context: ContextInput) -> tuple[Mapping[str, Any], ...]:
     if isinstance(context, str):
         if not context.strip():
@@ -161,6 +179,7 @@ async def collaborate(
     max_tool_steps: int = DEFAULT_MAX_TOOL_STEPS,
     tool_choice: AgentToolChoice = "auto",
     token_budget: int | None = None,
+    question: str | None = None,
     **options: object,
 ) -> Outcome:
     """Run one collaboration on ``engine`` and return its outcome.
@@ -188,6 +207,9 @@ async def collaborate(
         token_budget: the most completion tokens the collaboration may generate, all
             agents together; a turn whose ``max_tokens`` could take it past is not sent
             (``TokenBudgetExceeded``). ``worst_case_tokens`` tells before it runs.
+        question: the user's question as text, for modes that read it (``compute``
+            looks for numbers in it); default: the context's last user message (none
+            for a handle context).
         **options: the mode's config (``early_stop``, ``rounds``, ``answer``…).
 
     Cancelling the calling task cancels every role actor and aborts every
@@ -254,6 +276,7 @@ async def collaborate(
                 engines=all_engines,
                 context=handle,
                 messages=messages,
+                question=question_of(messages) if question is None else question,
                 scope=scope,
                 on_event=on_event,
                 scheduling=scheduling,

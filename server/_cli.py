@@ -172,10 +172,12 @@ def served_app(args: argparse.Namespace, *, open_engines: bool = False) -> Serve
     from ._sessions import SessionSettings
     from ._shutdown import Drain
     from ._state import ServerLimits
-    from ._tools import load_tool, mcp_server
+    from ._tools import builtin_calculator, load_tool, mcp_server
 
     try:  # before any engine starts: a bad --tool, --mcp or --remote fails at once
         tools = [load_tool(spec) for spec in args.tool]
+        if args.calculator:
+            tools.append(builtin_calculator())
         mcp_servers = dict(mcp_server(spec) for spec in args.mcp)
         remotes = make_remotes(args)
     except ValueError as exc:
@@ -192,6 +194,7 @@ def served_app(args: argparse.Namespace, *, open_engines: bool = False) -> Serve
         max_total_agents=args.max_agents,
         max_agents_per_spec=args.max_agents_per_spec,
         allow_code_validators=args.allow_code_validators,
+        allow_calculator=args.calculator,
         max_collaboration_tokens=args.max_request_tokens,
         key_quota=KeyQuota(
             max_concurrent=args.key_max_concurrent,

@@ -157,6 +157,12 @@ def _add_serve_options(serve: argparse.ArgumentParser) -> None:
         help="accept the python_tests validator (runs client code here, sandboxed)",
     )
     serve.add_argument(
+        "--calculator",
+        action="store_true",
+        help="the built-in sandboxed calculator: the compute mode, auto's calculator option "
+        "and a calculator tool agents may call (refused at startup where no sandbox can be built)",
+    )
+    serve.add_argument(
         "--tool",
         action="append",
         default=[],

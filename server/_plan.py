@@ -98,6 +98,7 @@ class CollaborationPlan:
         context: what the agents start from: the composed handle, or the messages
             when tools are given (``collaborate`` then puts their description first).
         session: what the turn keeps for the session's next one (None with tools).
+        question: the last user message's text (what ``compute`` reads for numbers).
         worst_tokens: prompt and completion tokens it may use at most.
         stamp: the response's id, time and model.
         trace_headers: the caller's W3C ``traceparent``/``tracestate`` (its trace continues).
@@ -114,6 +115,7 @@ class CollaborationPlan:
     conversation: Sequence[Mapping[str, str | KVHandle]]
     context: KVHandle | list[dict[str, str]]
     session: SessionPlan | None
+    question: str
     worst_tokens: int
     stamp: Stamp
     trace_headers: Mapping[str, str] = attrs.field(factory=dict)
@@ -260,6 +262,7 @@ async def _plan_collaboration(
         conversation=spliced,
         context=messages if tools else composed,
         session=session,
+        question=next((m["content"] for m in reversed(messages) if m["role"] == "user"), ""),
         worst_tokens=promised,
         stamp=Stamp.new(bridge.model),
     )
@@ -325,6 +328,19 @@ def _prepare(
             "collaboration.validator.type",
         )
     mode = body.collaboration.mode if body.collaboration is not None else "vote"
+    if not limits.allow_calculator:
+        if mode == "compute":
+            raise bad_request(
+                "collaboration.mode: compute evaluates model-written arithmetic on the server "
+                "and is disabled; start the server with --calculator to accept it",
+                "collaboration.mode",
+            )
+        if mode == "auto" and options.get("calculator") is True:
+            raise bad_request(
+                "collaboration.calculator: the calculator evaluates model-written arithmetic "
+                "on the server and is disabled; start the server with --calculator to accept it",
+                "collaboration.calculator",
+            )
     try:
         return prepare_collaboration(mode, specs, options, max_agents=limits.max_total_agents)
     except InvalidCollaboration as exc:

@@ -195,6 +195,7 @@ async def _collaborate(
             prepared,
             plan.context,
             engines=engines,
+            question=plan.question,
             on_event=on_event,
             tools=plan.tools,
             tool_choice=plan.tool_choice,

@@ -70,7 +70,8 @@ def _graph_properties(schema: dict[str, Any]) -> None:
         "debate: layout [auto|threads|transcript]; reflect: validator; cascade: verify; "
         "best_of: validator, judge [auto|self|likelihood|off], "
         "judge_instructions, answer_tokens, wave, adaptive (with judge likelihood); "
-        "auto: validator; "
+        "compute (with serve --calculator): expression_tokens, fallback; "
+        "auto: validator, calculator (with serve --calculator); "
         "graph: nodes, edges, entry, output). ``tools`` names server tools the agents may call."
     )
     schema["if"] = {

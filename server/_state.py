@@ -38,6 +38,9 @@ class ServerLimits:
             past it (or when it cannot be run again), a 503 with ``Retry-After``.
         allow_code_validators: accept the ``python_tests`` validator, which runs
             client-supplied code on this machine, in a sandbox (``run_sandboxed``).
+        allow_calculator: accept the ``compute`` mode and ``auto``'s ``calculator``,
+            which evaluate model-written arithmetic in the sandbox (``serve --calculator``,
+            which also offers the ``calculator`` tool).
         max_collaboration_tokens: completion tokens one request may generate, all
             agents together; a request whose worst case is over it gets 400, and a mode
             with no known bound is stopped before a turn that could cross it.
@@ -56,6 +59,7 @@ class ServerLimits:
     retry_after: int = 1
     retry_deadline: float = 120.0
     allow_code_validators: bool = False
+    allow_calculator: bool = False
     max_collaboration_tokens: int | None = None
     key_quota: KeyQuota = attrs.field(factory=KeyQuota)
 

@@ -11,7 +11,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..collab import InvalidCollaboration, McpServer, Tool, ToolServerError
+from ..collab import (
+    InvalidCollaboration,
+    McpServer,
+    Tool,
+    ToolServerError,
+    calculator_tool,
+    sandbox_unavailable,
+)
 from ..engine_bridge import (
     TOOL_NAME,
     TOOL_NAME_PATTERN,
@@ -127,6 +134,14 @@ def history_calls(content: str | None, calls: Sequence[Mapping[str, Any]], where
         return render_tool_calls(content, calls, where)
     except RequestRefused as exc:
         raise bad_request(f"{exc.field}: {exc.reason}", exc.field) from None
+
+
+def builtin_calculator() -> Tool:
+    """``serve --calculator``'s tool; a ValueError when no sandbox can be built (fail closed)."""
+    reason = sandbox_unavailable()
+    if reason is not None:
+        raise ValueError(f"--calculator: this machine cannot sandbox its evaluations: {reason}")
+    return calculator_tool()
 
 
 def load_tool(spec: str) -> Tool:

@@ -7,22 +7,20 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
+import _quality_report as R
+import _quality_report_families as F
+import _quality_tasks as T
 import pytest
+import quality as Q
+from _collab_tasks import _CAPITALS
 from hypothesis import given
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
-sys.path.insert(0, str(BENCH))
-
-import _quality_report as R  # noqa: E402
-import _quality_tasks as T  # noqa: E402
-import quality as Q  # noqa: E402
-from _collab_tasks import _CAPITALS  # noqa: E402
 
 
 @pytest.mark.parametrize("family", list(T.PROBED))
@@ -58,15 +56,18 @@ def test_every_method_is_request_fields_with_the_items_choices(
     body = Q.request_of(method, item)
     assert set(body) == {"agents", "collaboration", "temperature", "max_tokens"}
     assert body["collaboration"]["answer"]["choices"] == list(item.choices)
-    assert body["collaboration"]["mode"] in ("vote", "best_of", "auto")
+    assert body["collaboration"]["mode"] in ("vote", "best_of", "auto", "compute")
     assert "answer" not in Q.METHODS[method].get("collaboration", {})  # added per item only
 
 
 def test_the_published_configuration_is_exactly_the_request_fields() -> None:
     best = json.loads((BENCH / "results" / "quality_best.json").read_text())
-    assert set(best) <= {"agents", "collaboration", "max_tokens"}
+    assert set(best) <= {"agents", "collaboration", "max_tokens", "serve_args"}
     assert {"agents", "collaboration"} <= set(best)
     assert "answer" not in best["collaboration"]  # the client adds answer.choices
+    assert Q.serve_args(best) == best.get("serve_args", [])  # serve's own parser takes them
+    fields = {k: v for k, v in best.items() if k != "serve_args"}
+    assert Q.fields_of("best", "product") == fields == Q.published("closed")  # measured as sent
     page = (ROOT / "docs" / "quality.md").read_text()
     block = re.search(r"```json\n(.*?)```", page, re.S)
     assert block is not None and json.loads(block.group(1)) == best  # the page shows the file
@@ -74,11 +75,21 @@ def test_the_published_configuration_is_exactly_the_request_fields() -> None:
 
 def test_the_published_free_configuration_is_the_measured_method_and_shown() -> None:
     best = json.loads(Q.BEST_FREE.read_text())
-    assert set(best) == {"agents", "collaboration"} and "answer" not in best["collaboration"]
-    assert Q.FREE_METHODS["best3-likelihood-greedy-adaptive"] == best  # the bench measures it
+    assert (
+        set(best) <= {"agents", "collaboration", "serve_args"}
+        and "answer" not in best["collaboration"]
+    )
+    assert Q.fields_of("best", "shopping") == {k: v for k, v in best.items() if k != "serve_args"}
     page = (ROOT / "docs" / "quality.md").read_text()
     blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", page, re.S)]
     assert best in blocks
+
+
+def test_a_bad_serve_args_entry_is_refused_by_name() -> None:
+    with pytest.raises(SystemExit, match="--no-such-option"):
+        Q.serve_args({"serve_args": ["--no-such-option"]})
+    with pytest.raises(SystemExit, match="list of strings"):
+        Q.serve_args({"serve_args": "--calculator"})
 
 
 def _rows(method: str, family: str, correct: list[bool], tokens: float) -> list[dict[str, Any]]:
@@ -269,6 +280,10 @@ def test_each_family_kind_runs_the_methods_that_fit_it() -> None:
         "best3-likelihood-greedy",
         "best3-likelihood-greedy-adaptive",
         "auto5",
+        "best",
+        "compute",
+        "compute3",
+        "auto5-calc",
     } == set(free) - Q.NUMBER_METHODS
     assert {
         "vote3-number",
@@ -290,6 +305,11 @@ def test_each_family_kind_runs_the_methods_that_fit_it() -> None:
     assert Q.parse_families("all,sum") == tuple(T.PROBED)
     with pytest.raises(KeyError):
         Q.parse_families("capital,nope")
+    # report families: their kind, their methods (the report run's, greedy first)
+    assert Q.parse_families("report") == ("product", "convert", "shopping", "passage")
+    assert Q.methods_for("passage", None) == [m for m in Q.REPORT_METHODS if m in Q.METHODS]
+    assert Q.methods_for("shopping", None)[0] == "greedy"
+    assert "soft2-content" not in Q.methods_for("shopping", None)  # closed only
 
 
 _FREE_CASES = [(f, m) for f in T.FREE for m in Q.methods_for(f, None)]
@@ -418,3 +438,28 @@ def test_the_report_handles_free_families_with_chance_zero(tmp_path: Path) -> No
     png = tmp_path / "quality_free.png"
     R.plot(data, png)
     assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_http_path_runs_the_same_requests_through_microagent_serve(tmp_path: Path) -> None:
+    """``--http``: a server started with the published serve_args answers every method's
+    request as a row; one started without them refuses the calculator's by name."""
+    import asyncio
+
+    from _quality_http import ServedModel
+
+    item = F.report_family_items("product", 1)[0]
+
+    async def rows(serve_args: list[str]) -> list[dict[str, Any]]:
+        served = ServedModel(serve_args, tmp_path / "serve.log", engine="scripted")
+        await served.open()
+        try:
+            return [await Q.run_one(served, m, item) for m in ("greedy", "compute")]
+        finally:
+            await served.close()
+
+    greedy, compute = asyncio.run(rows(["--calculator"]))
+    for row in (greedy, compute):
+        assert row["answer"] in item.choices and row["correct"] == (row["answer"] == item.answer)
+        assert row["completion_tokens"] > 0
+    _, refused = asyncio.run(rows([]))
+    assert "collaboration.mode" in refused["refused"] and "--calculator" in refused["refused"]

@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import _soak_report as R  # noqa: E402
-import _soak_requests as Q  # noqa: E402
-import soak as S  # noqa: E402
+import _soak_report as R
+import _soak_requests as Q
+import soak as S
 
 
 def sample(phase: str, requests: int, **values: float) -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -66,10 +65,12 @@ def test_the_rule_picks_a_strategy_from_the_question_form(
     assert chosen.strategy == strategy and chosen.why
 
 
-def test_distinct_first_tokens_get_the_published_configuration() -> None:
-    published = json.loads((ROOT / "bench" / "results" / "quality_best.json").read_text())
+def test_distinct_first_tokens_get_the_measured_soft_vote() -> None:
+    import quality as Q
+
+    published = Q.METHODS["soft2-content"]  # published before issue 30; a bench method now
     chosen = plan(AutoConfig(answer=["cold", "hot"]), agents(5))
-    # the collaboration fields bench/quality.py published, but the mode (auto chose it)
+    # the collaboration fields bench/quality.py measures, but the mode (auto chose it)
     assert {"mode": "vote", **chosen.options} == published["collaboration"]
     # yes/no: the same, uncalibrated (the content-free prior over-corrects "yes")
     yes_no = plan(AutoConfig(answer=["Yes", "No"]), agents(5))

@@ -465,8 +465,14 @@ def choice_sets(draw: st.DrawFn) -> list[str]:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(choice_sets(), st.sampled_from(["quality_best.json", "auto"]))
-def test_published_configurations_answer_every_choice_set(choices: list[str], name: str) -> None:
+@given(
+    choice_sets(),
+    st.sampled_from(["quality_best.json", "quality_best_free.json", "auto"]),
+    st.sampled_from([CONTEXT, "What is 12 + 7?"]),  # compute: nothing to compute, or a sum
+)
+def test_published_configurations_answer_every_choice_set(
+    choices: list[str], name: str, question: str
+) -> None:
     if name == "auto":
         agents: list[AgentSpec] = [AgentSpec("v", count=3)]
         mode, options = "auto", {}
@@ -479,7 +485,7 @@ def test_published_configurations_answer_every_choice_set(choices: list[str], na
     async def main() -> None:
         async with ScriptedEngine() as engine:
             outcome = await collaborate(
-                engine, mode, CONTEXT, agents, answer=choices, max_tokens=8, **options
+                engine, mode, question, agents, answer=choices, max_tokens=8, **options
             )
             assert engine.live_requests() == frozenset()
         assert outcome.answer in choices

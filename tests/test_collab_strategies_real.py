@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 from _engine import RealEngine
-from microagent.collab import AgentSpec, Outcome, collaborate
+from microagent.collab import CALCULATOR, EXPRESSION_REGEX, AgentSpec, Outcome, collaborate
 
 pytestmark = pytest.mark.engine
 
@@ -190,3 +191,52 @@ def test_adaptive_vote_stops_by_its_rule_on_the_real_engine(real_engine: RealEng
     )
     assert outcome.answer in ("yes", "no")
     assert 2 <= outcome.details["samples"] <= 6
+
+
+def test_compute_evaluates_the_models_arithmetic_in_the_sandbox(real_engine: RealEngine) -> None:
+    """The default model copies the numbers into an expression the calculator evaluates."""
+    events: list[Any] = []
+
+    async def go() -> Outcome:
+        return await collaborate(
+            real_engine.bridge,
+            "compute",
+            "What is 37 + 48?",
+            [AgentSpec("solver", temperature=0.0)],
+            max_tokens=8,
+            on_event=events.append,
+        )
+
+    outcome = real_engine.call(go)
+    real_engine.assert_idle()
+    (entry,) = outcome.details["expressions"]
+    assert re.fullmatch(EXPRESSION_REGEX, entry["expression"])  # held to the language
+    assert outcome.details["path"] == "computed" and outcome.answer == "85"
+    assert entry["value"] == 85
+    results = [e for e in events if e.type == "tool_result"]
+    assert [(e.data["name"], e.data["ok"], e.data["output"]) for e in results] == [
+        (CALCULATOR, True, "85")
+    ]
+
+
+def test_compute_answers_a_question_without_numbers_as_greedy_does(
+    real_engine: RealEngine,
+) -> None:
+    question = "Is a dog an animal or a fruit?"
+
+    async def go() -> tuple[Outcome, Outcome]:
+        options: dict[str, Any] = {"answer": ["animal", "fruit"], "max_tokens": 8}
+        computed = await collaborate(
+            real_engine.bridge, "compute", question, [AgentSpec("solver", temperature=0.0)],
+            **options,
+        )  # fmt: skip
+        greedy = await collaborate(
+            real_engine.bridge, "vote", question, [AgentSpec("voter")], style="direct",
+            temperature=0.0, **options,
+        )  # fmt: skip
+        return computed, greedy
+
+    computed, greedy = real_engine.call(go)
+    real_engine.assert_idle()
+    assert computed.details["path"] == "direct"
+    assert computed.answer == greedy.answer

@@ -48,6 +48,7 @@ OWNED_PAGES = (
     "modes/reflect.md",
     "modes/aggregate.md",
     "modes/cascade.md",
+    "modes/compute.md",
     "modes/custom.md",
     "remote.md",
     "observability.md",

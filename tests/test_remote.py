@@ -27,7 +27,7 @@ from microagent.collab import (
     vote,
 )
 from microagent.engine_bridge import EngineBridgeError, RequestRefused, Sampling
-from microagent.engine_bridge.remote._bridge import messages_of, retry_after_seconds
+from microagent.engine_bridge.remote._bridge import retry_after_seconds
 from microagent.server import create_app
 from microagent.server._remote import remote_cause
 from microagent.testing import ScriptedEngine
@@ -80,7 +80,8 @@ def records() -> Iterator[list[logging.LogRecord]]:
 # -- composition ----------------------------------------------------------------------
 
 
-def test_prompt_text_becomes_the_chat_messages_again() -> None:
+def test_a_prompt_is_the_chat_messages_themselves() -> None:
+    """No ChatML text is parsed back: the handle carries the messages (test_remote_chat.py)."""
     bridge = RemoteBridge("big", "http://127.0.0.1:1/v1")
     messages = [
         {"role": "system", "content": "Be brief."},
@@ -89,7 +90,7 @@ def test_prompt_text_becomes_the_chat_messages_again() -> None:
         {"role": "user", "content": "Sure?"},
     ]
     handle = bridge.chat.prompt(messages)
-    assert messages_of(bridge.detokenize(handle.token_ids)) == messages
+    assert handle.conversation is not None and handle.conversation.messages() == messages
 
 
 def test_retry_after_takes_seconds_and_http_dates() -> None:
@@ -334,7 +335,11 @@ MIXED_AGENTS: dict[str, list[dict[str, Any]]] = {
         {"name": "aggregator", "role": "aggregator", "model": "big"},
     ],
     "reflect": [{"name": "drafter"}, {"name": "critic", "model": "big"}],
+    # the remote writes an expression and, when none computes, answers directly
+    "compute": [{"name": "far", "model": "big"}, {"name": "near", "count": 2}],
 }
+#: the question a mode needs to use every agent (compute: one with numbers)
+MIXED_QUESTIONS = {"compute": "What is 2 + 2?"}
 
 
 @pytest.mark.parametrize("mode", sorted(collaboration_modes()))
@@ -355,8 +360,9 @@ async def test_every_mode_runs_with_local_and_remote_agents(mode: str) -> None:
         serving(Reply(("yes",))) as (fake, big),
         ScriptedEngine(script=["yes", "no"]) as local,
     ):
+        question = MIXED_QUESTIONS.get(mode, QUESTION)
         outcome = await collaborate(
-            local, mode, QUESTION, agents or None, engines={"big": big}, **options
+            local, mode, question, agents or None, engines={"big": big}, **options
         )
         assert not local.live_requests() and not big.live_requests()
     by_model = outcome.usage_by_model

@@ -1,7 +1,8 @@
 """Every issue-14 strategy end to end over HTTP (the openai SDK) on the real default model.
 
-Also the published closed-choice configuration (``bench/results/quality_best.json``),
-sent as it is through the SDK's ``extra_body`` with only ``answer.choices`` added.
+Also the published configuration (``bench/results/quality_best.json``, and the free
+file), sent as it is through the SDK's ``extra_body`` with only ``answer.choices``
+added, to a server started with the files' ``serve_args``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 import openai
 import pytest
 from _engine import RealEngine
+from microagent.collab import calculator_tool
+from microagent.server import ServerLimits, serve_options
 from test_server_helpers import LiveServer, live_server
 
 pytestmark = pytest.mark.engine
@@ -111,43 +114,70 @@ def ask(srv: LiveServer, body: dict[str, Any], max_tokens: int = 8) -> dict[str,
     return collab
 
 
+@pytest.fixture(scope="module")
+def published_server(real_engine: RealEngine) -> Iterator[LiveServer]:
+    """A server started with the published files' ``serve_args`` (``--calculator``)."""
+    args = serve_options(
+        sorted({a for f in (BEST, BEST_FREE) for a in json.loads(f.read_text())["serve_args"]})
+    )
+    bridge = real_engine.bridge
+    with live_server(
+        lambda: {bridge.model: bridge},
+        portal=real_engine.portal,
+        open_engines=False,
+        limits=ServerLimits(allow_calculator=args.calculator),
+        tools=[calculator_tool()] if args.calculator else [],
+    ) as srv:
+        yield srv
+
+
+@pytest.mark.parametrize(
+    ("path", "question", "choices", "path_taken"),
+    [
+        (BEST, "What is 29 times 4?", ["112", "116", "120", "126"], "computed"),
+        (BEST, "Is a dog an animal or a fruit?", CHOICES, "direct"),
+        (BEST_FREE, "What is 12 + 9? Reply with the number only.", None, "computed"),
+    ],
+)
 def test_the_published_configuration_works_as_it_is_through_extra_body(
-    server: LiveServer, real_engine: RealEngine
+    path: Path,
+    question: str,
+    choices: list[str] | None,
+    path_taken: str,
+    published_server: LiveServer,
+    real_engine: RealEngine,
 ) -> None:
-    best = json.loads(BEST.read_text())
-    body = {k: v for k, v in best.items() if k != "max_tokens"}
-    body["collaboration"] = {**best["collaboration"], "answer": {"choices": CHOICES}}
-    collab = ask(server, body, best.get("max_tokens", 8))
-    assert collab["answer"] in CHOICES
-    soft = collab["details"]["soft"]
-    assert soft["fallbacks"] == 0 and abs(sum(soft["distribution"].values()) - 1) < 1e-3
-    assert collab["details"]["debias"] == "order" and soft["calibrate"] == "content"
-    assert [p["p"] is not None for p in soft["content_priors"]] == [True, True]  # one per order
-    assert all(a["completion_tokens"] <= 2 for a in collab["agents"])  # one-token steps
-    assert len(collab["agents"]) == best["agents"][0]["count"]
-    real_engine.assert_idle()
-
-
-def test_the_published_free_configuration_works_as_it_is_through_extra_body(
-    server: LiveServer, real_engine: RealEngine
-) -> None:
-    best = json.loads(BEST_FREE.read_text())
-    done = client(server).chat.completions.create(
+    best = json.loads(path.read_text())
+    body = {k: v for k, v in best.items() if k != "serve_args"}
+    if choices is not None:
+        body["collaboration"] = {**best["collaboration"], "answer": {"choices": choices}}
+    done = client(published_server).chat.completions.create(
         model="default",
-        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        messages=[{"role": "user", "content": question}],
         max_tokens=12,
-        extra_body=best,
+        extra_body=body,
     )
     collab: dict[str, Any] = done.model_extra["collaboration"]  # type: ignore[index]
     details = collab["details"]
-    assert details["scored_by"] == "likelihood" and details["judged"] == 0
-    total = sum(a["count"] for a in best["agents"])
-    assert len(details["candidates"]) == details["samples"] <= total  # adaptive: maybe fewer
-    assert (details.get("stopped_by") == "adaptive") == (details["samples"] < total)
-    chosen = next(c for c in details["candidates"] if c["agent"] == details["chosen"])
-    assert done.choices[0].message.content == chosen["answer"] == collab["answer"]
-    assert chosen["score"] == max(c["score"] for c in details["candidates"])
+    assert done.choices[0].message.content == collab["answer"]
+    assert details["path"] == path_taken
+    if choices is not None:
+        assert collab["answer"] in choices
+    if path_taken == "computed":  # the answer is the value of what the model wrote
+        (entry,) = details["expressions"]
+        assert entry["answer"] == collab["answer"] and "value" in entry
     real_engine.assert_idle()
+
+
+def test_a_server_without_the_calculator_refuses_the_published_configuration(
+    server: LiveServer,
+) -> None:
+    best = json.loads(BEST.read_text())
+    body = {k: v for k, v in best.items() if k != "serve_args"}
+    with pytest.raises(openai.BadRequestError, match="--calculator"):
+        client(server).chat.completions.create(
+            model="default", messages=QUESTION, max_tokens=8, extra_body=body
+        )
 
 
 @pytest.mark.parametrize("name", list(STRATEGIES))

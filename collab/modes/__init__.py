@@ -1,5 +1,5 @@
 """The built-in collaboration modes: vote, debate, reflect, aggregate, cascade, graph, best_of,
-auto.
+compute, auto.
 
 Each is a ``CollaborationOp`` subclass with its own config class. They are
 registered in the default registry by ``microagent.collab`` (explicitly, from
@@ -14,6 +14,8 @@ from ._best_of import BestOf as BestOf
 from ._best_of import BestOfConfig as BestOfConfig
 from ._cascade import Cascade as Cascade
 from ._cascade import CascadeConfig as CascadeConfig
+from ._compute import Compute as Compute
+from ._compute import ComputeConfig as ComputeConfig
 from ._debate import Debate as Debate
 from ._debate import DebateConfig as DebateConfig
 from ._graph import GraphConfig as GraphConfig
@@ -24,7 +26,7 @@ from ._vote import Vote as Vote
 from ._vote import VoteConfig as VoteConfig
 
 #: The modes every default registry starts with.
-BUILTIN_MODES = (Vote, Debate, Reflect, Aggregate, Cascade, GraphMode, BestOf, Auto)
+BUILTIN_MODES = (Vote, Debate, Reflect, Aggregate, Cascade, GraphMode, BestOf, Compute, Auto)
 
 __all__ = [
     "BUILTIN_MODES",
@@ -35,6 +37,8 @@ __all__ = [
     "BestOfConfig",
     "Cascade",
     "CascadeConfig",
+    "Compute",
+    "ComputeConfig",
     "Debate",
     "DebateConfig",
     "GraphConfig",

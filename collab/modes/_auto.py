@@ -2,9 +2,15 @@
 
 The rule (the first that matches; ``k`` choices, ``n`` agents):
 
+0. ``calculator: true`` and a question that calls for a calculation
+   (``compute.calls_for_calculation``: numeric choices and a number in the
+   question; or, free, two numbers, or one and a word such as "total"): the
+   ``compute`` mode, program-aided: the agents write arithmetic, the sandboxed
+   calculator evaluates it. Off by default: the calculator runs code on the
+   machine (over HTTP, ``serve --calculator`` allows it).
 1. ``answer.choices`` (closed choices) whose texts start with distinct tokens
-   (the engine's tokenizer): the configuration published by
-   ``bench/quality.py`` (``bench/results/quality_best.json``): a **soft vote
+   (the engine's tokenizer): the closed-choice configuration ``bench/quality.py``
+   published before issue 30 (its method ``soft2-content``): a **soft vote
    over the answers themselves** (``vote`` with ``style: direct``, ``debias:
    order``, ``soft: true``, ``calibrate: content``, ``answer_tokens: 1``).
    Every voter sees the choices in its own order, and the prior the model
@@ -44,7 +50,7 @@ from typing import Any, ClassVar
 import attrs
 
 from .._agent import Turn
-from .._config import ModeConfig
+from .._config import ModeConfig, boolean
 from .._context import CollaborationContext
 from .._debias import LABELS
 from .._mode import AnyOp, CollaborationOp, ModeResult
@@ -52,9 +58,11 @@ from .._soft import SharedFirstToken, first_tokens
 from .._spec import AgentSpec
 from .._validators import Validator, validator_from_spec
 from ._best_of import BestOf, BestOfConfig
+from ._compute import Compute, ComputeConfig, calls_for_calculation
 from ._vote import Vote, VoteConfig
 
 STRATEGIES = (
+    "compute",
     "soft_vote",
     "soft_vote_labels",
     "vote",
@@ -62,7 +70,7 @@ STRATEGIES = (
     "best_of_likelihood",
     "single",
 )
-#: Rule 1's options: ``bench/results/quality_best.json``'s collaboration fields.
+#: Rule 1's options: ``bench/quality.py``'s ``soft2-content`` (published before issue 30).
 PUBLISHED_CLOSED_CHOICE: dict[str, Any] = {
     "style": "direct",
     "debias": "order",
@@ -82,9 +90,11 @@ class AutoConfig(ModeConfig):
 
     Attributes:
         validator: a validator tool for free answers (as reflect's and best_of's).
+        calculator: questions that call for a calculation run ``compute`` (rule 0).
     """
 
     validator: Validator | None = attrs.field(default=None, converter=_validator)
+    calculator: bool = attrs.field(default=False, validator=boolean)
 
 
 @attrs.frozen
@@ -113,12 +123,14 @@ def plan(
     *,
     distinct_first: bool = True,
     logprobs: bool = True,
+    calculation: bool = False,
 ) -> Plan:
     """The strategy the rule picks for ``config`` and ``agents`` (see the module docstring).
 
     ``distinct_first``: whether the choices start with distinct tokens (the
     engine's tokenizer decides; ``distinct_first_tokens``). ``logprobs``: whether
     every agent's model reports logprobs (a remote chat-completions one does not).
+    ``calculation``: whether the question calls for one (``calls_for_calculation``).
     """
     n = sum(a.count for a in agents)
     shared: dict[str, Any] = {
@@ -129,6 +141,9 @@ def plan(
         "timeout": config.timeout,
     }
     answer = config.answer
+    if config.calculator and calculation:
+        why = "the question calls for a calculation: the agents write it, the calculator runs it"
+        return Plan("compute", why, Compute(), ComputeConfig(**shared), {})
     if not logprobs and answer is not None and answer.choices:
         options: dict[str, Any] = {"style": "direct", "debias": "order"}
         why = "closed choices, an agent's model reports no logprobs: a debiased hard vote"
@@ -193,6 +208,14 @@ def plan(
     return Plan("best_of_likelihood", why, BestOf(), BestOfConfig(**shared, **options), options)
 
 
+def _every_plan(config: AutoConfig, agents: Sequence[AgentSpec]) -> list[Plan]:
+    """Every plan ``config`` can run: the tokenizer, the models and the question pick one."""
+    return [
+        plan(config, agents, distinct_first=d, logprobs=lp, calculation=c)
+        for d, lp, c in itertools.product((True, False), repeat=3)
+    ]
+
+
 class Auto(CollaborationOp[AutoConfig]):
     """Pick vote (soft), best-of-N or a single sample from the question's form."""
 
@@ -202,17 +225,15 @@ class Auto(CollaborationOp[AutoConfig]):
 
     def validate(self, config: AutoConfig, agents: Sequence[AgentSpec]) -> None:
         super().validate(config, agents)
-        for distinct, logprobs in itertools.product((True, False), repeat=2):
-            # the engine's tokenizer and the agents' models pick one when it runs
-            chosen = plan(config, agents, distinct_first=distinct, logprobs=logprobs)
+        for chosen in _every_plan(config, agents):
             if chosen.op is not None:
                 chosen.op.validate(chosen.config, agents)
 
     def max_turns(self, config: AutoConfig, agents: Sequence[AgentSpec]) -> int | None:
-        turns = []
-        for distinct, logprobs in itertools.product((True, False), repeat=2):
-            chosen = plan(config, agents, distinct_first=distinct, logprobs=logprobs)
-            turns.append(1 if chosen.op is None else chosen.op.max_turns(chosen.config, agents))
+        turns = [
+            1 if chosen.op is None else chosen.op.max_turns(chosen.config, agents)
+            for chosen in _every_plan(config, agents)
+        ]
         return None if None in turns else max(t for t in turns if t is not None)
 
     async def run(self, ctx: CollaborationContext[AutoConfig]) -> ModeResult:
@@ -223,7 +244,16 @@ class Auto(CollaborationOp[AutoConfig]):
             or distinct_first_tokens(answer.choices, ctx.engine.tokenize)
         )
         logprobs = ctx.without_logprobs() is None
-        chosen = plan(ctx.config, ctx.agents, distinct_first=distinct, logprobs=logprobs)
+        calculation = ctx.config.calculator and calls_for_calculation(
+            ctx.question, answer.choices if answer is not None else None
+        )
+        chosen = plan(
+            ctx.config,
+            ctx.agents,
+            distinct_first=distinct,
+            logprobs=logprobs,
+            calculation=calculation,
+        )
         head: dict[str, Any] = {
             "strategy": chosen.strategy,
             "why": chosen.why,

@@ -578,15 +578,20 @@ def _start_soft(
 SUMMARY_PROMPT = "Write the final answer for the user, using the reviewers' reasoning. Be concise."
 
 
+def direct_instructions(choices: Sequence[str] | None) -> str:
+    """What a direct voter is told: name one of ``choices``, or answer concisely."""
+    if choices:
+        return f"Answer with exactly one of: {', '.join(choices)}."
+    return "Answer concisely."
+
+
 def _default_instructions(ctx: CollaborationContext[VoteConfig], style: str) -> str:
     answer = ctx.config.answer
+    if style == "direct":
+        return direct_instructions(answer.choices if answer is not None else None)
     if answer is not None and answer.choices:
         options = ", ".join(answer.choices)
-        if style == "direct":
-            return f"Answer with exactly one of: {options}."
         return f"Think step by step, briefly, then give your answer (one of: {options})."
-    if style == "direct":
-        return "Answer concisely."
     return "Think step by step, briefly. End with a line 'Answer: <your answer>'."
 
 

@@ -1,0 +1,129 @@
+"""The built-in calculator: an arithmetic expression evaluated in the sandbox.
+
+A 135M model cannot add two-digit numbers reliably; it can copy them into an
+expression. The calculator is the tool that closes that gap (the
+``compute`` mode writes expressions for it; any agent can call it as the
+``calculator`` tool). Each call checks the expression against the language
+of ``_arith`` here (a clear error at once), then evaluates it in a fresh
+sandbox (``run_sandboxed``: no network, read-only files, CPU, memory and
+process limits), running ``_arith``'s own source there. Where the sandbox
+cannot be built nothing is evaluated: :class:`SandboxUnavailable` (fail closed).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+
+from . import _arith
+from ._arith import MAX_EXPRESSION_CHARS, ExpressionError, evaluate_expression
+from ._errors import CollaborationError
+from ._sandbox import SandboxLimits, run_sandboxed
+from ._tools import Tool
+
+#: the calculator tool's name (``collaboration.tools``, ``compute``)
+CALCULATOR = "calculator"
+#: wall-clock (and CPU) seconds one evaluation may take in the sandbox
+CALCULATOR_TIMEOUT = 5.0
+#: the sandbox of one evaluation: one process, little memory, nothing written
+CALCULATOR_LIMITS = SandboxLimits(
+    memory_bytes=128 << 20, file_bytes=0, tmp_bytes=1 << 20, processes=1, open_files=16
+)
+#: the regex an expression turn is constrained by: the language's characters and functions
+#: (no comparison signs: a small model ends "3 + 5" with "= 8", which is no expression)
+EXPRESSION_REGEX = (
+    r"(?:[0-9]|[ .,+\-*/%()]|abs|round|min|max|sum|sqrt|floor|ceil|gcd|lcm|factorial|pi)"
+    r"{1,80}"
+)
+
+_PROGRAM = """
+{source}
+
+import json, sys
+try:
+    value = evaluate_expression({expression!r})
+except ExpressionError as exc:
+    print(json.dumps({{"error": str(exc)}}))
+else:
+    print(json.dumps({{"value": value}}))
+"""
+
+
+class CalculationError(CollaborationError, ValueError):
+    """The expression is not arithmetic the calculator accepts, or its value is undefined."""
+
+
+async def calculate(expression: str) -> str:
+    """Evaluate an arithmetic expression (numbers, + - * / // % **, comparisons, and abs,
+    round, min, max, sum, sqrt, floor, ceil, gcd, lcm, factorial) and return its value.
+
+    Raises:
+        CalculationError: not such an expression, or no finite value (division by zero).
+        SandboxUnavailable: this machine cannot sandbox the evaluation (nothing ran).
+    """
+    return format_value(await calculate_value(expression))
+
+
+async def calculate_value(expression: str) -> int | float | bool:
+    """The value of ``expression``, evaluated in the sandbox (see :func:`calculate`)."""
+    try:
+        evaluate_expression(expression)  # refused here, before any process starts
+    except ExpressionError as exc:
+        raise CalculationError(str(exc)) from None
+    except RecursionError:
+        raise CalculationError("the expression is nested too deeply") from None
+    program = _PROGRAM.format(source=_SOURCE, expression=expression)
+    result = await run_sandboxed(program, timeout=CALCULATOR_TIMEOUT, limits=CALCULATOR_LIMITS)
+    if result.timed_out:
+        raise CalculationError(f"the evaluation ran past {CALCULATOR_TIMEOUT:g} s")
+    try:
+        reply = json.loads(result.stdout.decode())
+    except ValueError:
+        detail = result.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        raise CalculationError(f"the evaluation failed: {detail[0]}") from None
+    if "error" in reply:
+        raise CalculationError(str(reply["error"]))
+    value = reply["value"]
+    if not isinstance(value, (int, float)):  # bool is an int
+        raise CalculationError(f"the evaluation returned {value!r}")
+    return value
+
+
+def format_value(value: int | float | bool) -> str:
+    """``value`` as an answer: ``True``/``False``, an integer, or a decimal without noise
+    (``0.1 + 0.2`` is ``0.3``; 12 significant digits)."""
+    if isinstance(value, int):  # bool too: True, False
+        return str(value)
+    if math.isfinite(value) and value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.12g}"
+
+
+def calculator_tool() -> Tool:
+    """The calculator as a tool agents may call (``serve --calculator`` offers it)."""
+    return Tool(
+        name=CALCULATOR,
+        fn=calculate,
+        description=(
+            "Evaluate an arithmetic expression exactly, e.g. 17 * 23 + 4 or max(3, 7) / 2. "
+            "Use it for any arithmetic, comparison or conversion of numbers."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "expression": {
+                    "type": "string",
+                    "maxLength": MAX_EXPRESSION_CHARS,
+                    "description": "the arithmetic expression, e.g. (12 + 30) / 7",
+                }
+            },
+            "required": ["expression"],
+            "additionalProperties": False,
+        },
+        timeout=CALCULATOR_TIMEOUT + 5.0,
+    )
+
+
+#: the program the sandbox runs: ``_arith``'s source, then one evaluation
+_SOURCE = inspect.getsource(_arith)
