@@ -65,13 +65,13 @@ test: prepare lint browser
 	$(VENV)/bin/pytest
 
 # The inner loop: lint, types and every test that starts no vLLM engine and no Ray cluster
-# (the ScriptedEngine, uvicorn and fake endpoints are fine), on both cores; `make test` stays
-# the whole suite.
+# (the ScriptedEngine, uvicorn and fake endpoints are fine), on both cores, the async tests on
+# asyncio only; `make test` stays the whole suite, on asyncio, uvloop and trio.
 check: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -m "not engine and not ray" -n 2 -q
+	$(VENV)/bin/pytest -m "not engine and not ray" --backends asyncio -n 2 -q
 
 bench: prepare
 	$(PY) bench/actors.py

@@ -51,6 +51,12 @@ def int_in(low: int, high: int) -> Any:
     return check
 
 
+def not_none(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: a value is required (``null`` is refused, naming the option)."""
+    if value is None:
+        raise InvalidCollaboration(attribute.name, "must be an integer, got None")
+
+
 def one_of(names: tuple[str, ...]) -> Any:
     """An attrs validator: one of ``names`` (a mode option's closed set of values)."""
 
@@ -85,7 +91,7 @@ class ModeConfig:
     early_stop: bool = attrs.field(default=True, validator=boolean)
     rounds: int | None = attrs.field(default=None, validator=int_in(1, 16))
     answer: AnswerSpec | None = attrs.field(default=None, converter=_answer)
-    max_tokens: int = attrs.field(default=256, validator=int_in(1, MAX_AGENT_TOKENS))
+    max_tokens: int = attrs.field(default=256, validator=[not_none, int_in(1, MAX_AGENT_TOKENS)])
     temperature: float = 0.7
     timeout: float | None = None
 

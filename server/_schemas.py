@@ -40,10 +40,15 @@ class AnswerModel(BaseModel):
         WithJsonSchema(  # checked by the collaboration layer, which names the field
             {
                 "anyOf": [
-                    {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+                    {
+                        "type": "array",
+                        "items": {"type": "string", "minLength": 1},
+                        "minItems": 1,
+                        "uniqueItems": True,
+                    },
                     {"type": "null"},
                 ],
-                "description": "The closed answers (at least one, none empty).",
+                "description": "The closed answers (at least one, none empty, none repeated).",
             }
         ),
     ] = None

@@ -18,6 +18,19 @@ BACKENDS = [
 ]
 
 
+#: the backends' ids, in ``BACKENDS``'s order (``--backends`` chooses among them)
+BACKEND_IDS = {str(p.id): p.values[0] for p in BACKENDS}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--backends",
+        default=",".join(BACKEND_IDS),
+        help="comma-separated anyio backends to run the async tests on (default: all three; "
+        "make check runs asyncio only, make test all)",
+    )
+
+
 @pytest.fixture(params=BACKENDS)
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object]]:
     """Run ``@pytest.mark.anyio`` tests on asyncio, asyncio+uvloop and trio."""
@@ -80,7 +93,22 @@ SLOW_FIXTURES = {
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep the fast/slow split explicit: ``make check`` runs ``-m "not engine and not ray"``,
     so a test that reaches a real engine or a Ray cluster without its mark would slow it
-    down unseen; refuse it."""
+    down unseen; refuse it. ``--backends`` deselects the async tests of other backends."""
+    chosen = [b.strip() for b in str(config.getoption("--backends")).split(",") if b.strip()]
+    unknown = sorted(set(chosen) - set(BACKEND_IDS))
+    if unknown or not chosen:
+        raise pytest.UsageError(f"--backends: unknown {unknown}; choose from {list(BACKEND_IDS)}")
+    wanted = [BACKEND_IDS[b] for b in chosen]
+    dropped = [
+        item
+        for item in items
+        if "anyio_backend" in getattr(getattr(item, "callspec", None), "params", {})
+        and item.callspec.params["anyio_backend"] not in wanted  # type: ignore[attr-defined]
+    ]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        gone = {id(item) for item in dropped}
+        items[:] = [item for item in items if id(item) not in gone]
     for mark, fixtures in SLOW_FIXTURES.items():
         unmarked = [
             item.nodeid

@@ -50,6 +50,9 @@ LIMITS = ServerLimits(max_agents_per_spec=6, max_total_agents=8)
 #: The rules JSON Schema cannot express (error message pattern -> why); each is also
 #: named in its field's description in the document.
 UNEXPRESSIBLE: dict[str, str] = {
+    r"is disabled; start the server with --calculator": (
+        "a server option decides whether the calculator may run (compute, auto's calculator)"
+    ),
     r"a tool message must answer a tool call": "it refers to an earlier message's call id",
     r"function names must be unique": "uniqueness of one property across array items",
     r"tool_choice names .* not in tools": "it refers to a name in another field",

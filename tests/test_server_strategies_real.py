@@ -134,7 +134,7 @@ def published_server(real_engine: RealEngine) -> Iterator[LiveServer]:
 @pytest.mark.parametrize(
     ("path", "question", "choices", "path_taken"),
     [
-        (BEST, "What is 29 times 4?", ["112", "116", "120", "126"], "computed"),
+        (BEST, "What is 37 + 48?", ["83", "85", "87"], "computed"),
         (BEST, "Is a dog an animal or a fruit?", CHOICES, "direct"),
         (BEST_FREE, "What is 12 + 9? Reply with the number only.", None, "computed"),
     ],

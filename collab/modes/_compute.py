@@ -39,7 +39,7 @@ from .._calculator import (
     calculate_value,
     format_value,
 )
-from .._config import ModeConfig, boolean, int_in
+from .._config import ModeConfig, boolean, int_in, not_none
 from .._context import CollaborationContext
 from .._mode import CollaborationOp, ModeResult
 from .._spec import AgentSpec
@@ -71,7 +71,7 @@ class ComputeConfig(ModeConfig):
         fallback: answer directly (greedy) when nothing can be computed; off: fail instead.
     """
 
-    expression_tokens: int = attrs.field(default=48, validator=int_in(4, 256))
+    expression_tokens: int = attrs.field(default=48, validator=[not_none, int_in(4, 256)])
     fallback: bool = attrs.field(default=True, validator=boolean)
 
 
