@@ -46,6 +46,19 @@ class RecordingBridge(VLLMBridge):  # type: ignore[misc]
         return gen
 
 
+def scheduler_args() -> list[str]:
+    """``SETTINGS``' scheduler limits as command-line options (``vllm serve`` and
+    ``microagent serve`` spell them alike)."""
+    return [
+        "--max-num-batched-tokens",
+        str(SETTINGS["max_num_batched_tokens"]),
+        "--max-num-seqs",
+        str(SETTINGS["max_num_seqs"]),
+        "--max-model-len",
+        str(SETTINGS["max_model_len"]),
+    ]
+
+
 def make_bridge() -> RecordingBridge:
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = SETTINGS["kv_cache_gib"]
     return RecordingBridge(
@@ -77,14 +90,6 @@ class Server(VLLMServer):
             served_name=SERVED_NAME,
             prefix_caching=prefix_caching,
             dtype=cpu_dtype(),  # the same as the in-process engine's
-            args=[
-                "--max-num-batched-tokens",
-                str(SETTINGS["max_num_batched_tokens"]),
-                "--max-num-seqs",
-                str(SETTINGS["max_num_seqs"]),
-                "--max-model-len",
-                str(SETTINGS["max_model_len"]),
-                *extra_args,
-            ],
+            args=[*scheduler_args(), *extra_args],
             env={"VLLM_CPU_KVCACHE_SPACE": SETTINGS["kv_cache_gib"]},
         )

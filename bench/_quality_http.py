@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 from _accuracy_tasks import Item
-from _collab_engines import SETTINGS
+from _collab_engines import SETTINGS, scheduler_args
 from microagent.testing import wait_healthy
 
 #: seconds one request may take (a collaboration of several agents on a loaded CPU)
@@ -63,14 +63,7 @@ class ServedModel:
             *serve_args,
         ]
         if engine == "vllm":
-            self.command += [
-                "--max-num-seqs",
-                str(SETTINGS["max_num_seqs"]),
-                "--max-num-batched-tokens",
-                str(SETTINGS["max_num_batched_tokens"]),
-                "--max-model-len",
-                str(SETTINGS["max_model_len"]),
-            ]
+            self.command += scheduler_args()
         self.proc: subprocess.Popen[bytes] | None = None
         self.client: httpx.AsyncClient | None = None
 

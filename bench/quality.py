@@ -75,6 +75,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
+import functools
 import json
 import os
 import sys
@@ -287,6 +289,12 @@ def published(kind: str = "closed") -> dict[str, Any]:
     """The published configuration for closed (``quality_best.json``) or free questions
     (``quality_best_free.json``): the request fields, less ``serve_args``, the server
     options it needs over HTTP (checked by ``serve_args``)."""
+    return copy.deepcopy(_published_file(kind))
+
+
+@functools.cache
+def _published_file(kind: str) -> dict[str, Any]:
+    """A published file's request fields, read and its ``serve_args`` checked once per run."""
     best: dict[str, Any] = json.loads((BEST if kind == "closed" else BEST_FREE).read_text())
     serve_args(best)
     best.pop("serve_args", None)
