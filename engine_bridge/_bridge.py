@@ -23,6 +23,7 @@ import attrs
 
 from ._errors import EngineDied, RequestRefused, UnknownAdapter
 from ._handle import AdapterRef, KVHandle
+from ._programs import ProgramOrder
 from ._retention import Retain, RetentionStats
 from ._salt import current_cache_salt
 from ._types import (
@@ -234,6 +235,8 @@ class EngineBridge(abc.ABC):
         # prompts would stay alive here) -> how many of its tokens the engine computed
         self._resident: OrderedDict[int, int] = OrderedDict()
         self._adapters: dict[str, AdapterRef] = {}
+        # the programs of requests that name no priority (their order and observed gaps)
+        self._programs = ProgramOrder()
         self._clock_origin = time.monotonic()
 
     # -- lifecycle -------------------------------------------------------------------
@@ -336,7 +339,7 @@ class EngineBridge(abc.ABC):
         sampling: Sampling,
         *,
         adapter: str | AdapterRef | None = None,
-        priority: int = 0,
+        priority: int | None = None,
         request_id: str | None = None,
         retain: Retain | None = None,
         group: str | None = None,
@@ -347,7 +350,10 @@ class EngineBridge(abc.ABC):
             prompt: the prompt handle (its adapter is used unless ``adapter`` is given).
             sampling: how to sample.
             adapter: run under this registered LoRA adapter.
-            priority: engine priority; lower runs first (vLLM convention), 0 is normal.
+            priority: engine priority; lower runs first (vLLM convention). None: the
+                bridge schedules the request as part of a program, first come first
+                served (a program is a retention key: see ``ProgramOrder``), and a
+                ``retain`` without ``next_use`` expects the gap its program's turns showed.
             request_id: an id of your own (unique among live requests).
             retain: keep the result's KV blocks resident under ``retain.key`` until
                 ``release``d (on a bridge without retention: ordinary LRU cache).
@@ -363,10 +369,39 @@ class EngineBridge(abc.ABC):
             raise RequestRefused("request_id", f"{rid!r} is already running")
         if retain is not None and not self.retention_enabled:
             retain = None  # documented: a hint this bridge serves from its LRU cache
-        request = EngineRequest(
-            rid, prompt, sampling, priority, retain, group, current_cache_salt()
-        )
+        salt = current_cache_salt()
+        if priority is None:
+            priority, retain = self._program_defaults(prompt, retain, salt)
+        request = EngineRequest(rid, prompt, sampling, priority, retain, group, salt)
         return Generation(self, request)
+
+    def _program_defaults(
+        self, prompt: KVHandle, retain: Retain | None, salt: str | None
+    ) -> tuple[int, Retain | None]:
+        """The priority of a request that names none (its program's place), and its
+        retention with the next use its program's gaps predict when it names none."""
+        key = None if retain is None else retain.key
+        parent = None if key in self._programs else self._extended_key(prompt, salt)
+        priority, next_use = self._programs.plan(key, parent, _now())
+        if retain is not None and retain.next_use is None:
+            retain = attrs.evolve(retain, next_use=next_use)
+        return priority, retain
+
+    def _extended_key(self, prompt: KVHandle, salt: str | None) -> str | None:
+        """The key of the longest retained handle whose whole blocks ``prompt`` extends."""
+        block = self.block_size
+        best, longest = None, 0
+        for key, (s, handle) in self._retained.items():
+            n = len(handle) // block * block
+            if (
+                n > longest
+                and len(prompt) > n
+                and s == salt
+                and handle.adapter == prompt.adapter
+                and handle.common_prefix_length(prompt) >= n
+            ):
+                best, longest = key, n
+        return best
 
     async def generate(
         self,
@@ -374,7 +409,7 @@ class EngineBridge(abc.ABC):
         sampling: Sampling,
         *,
         adapter: str | AdapterRef | None = None,
-        priority: int = 0,
+        priority: int | None = None,
         request_id: str | None = None,
         on_delta: Callable[[TokenDelta], Awaitable[None] | None] | None = None,
         retain: Retain | None = None,
@@ -399,7 +434,7 @@ class EngineBridge(abc.ABC):
             return gen.result
 
     async def warm(
-        self, handle: KVHandle, *, priority: int = 0, group: str | None = None
+        self, handle: KVHandle, *, priority: int | None = None, group: str | None = None
     ) -> GenerationResult:
         """Prefill ``handle`` into the prefix cache (a one-token generation).
 
@@ -438,6 +473,7 @@ class EngineBridge(abc.ABC):
             *(k for k in self._retained if prefix is not None and k.startswith(prefix)),
         ]:
             self._retained.pop(key, None)
+        self._programs.forget(keys, prefix=prefix)
         if not self.retention_enabled or (not keys and prefix is None):
             return 0
         return await self._release_engine(list(keys), prefix)
@@ -621,6 +657,7 @@ class EngineBridge(abc.ABC):
         if request.retain is not None:
             if reason in ("stop", "length"):
                 self._retained[request.retain.key] = (salt, handle)
+                self._programs.finished(request.retain.key, _now())
                 self._on_retained()
             else:
                 self._retained.pop(request.retain.key, None)
@@ -654,3 +691,11 @@ class EngineBridge(abc.ABC):
             priority=request.priority,
             logprobs=tuple(gen._logprobs) if request.sampling.logprobs is not None else None,
         )
+
+
+def _now() -> float:
+    """The event loop's clock (virtual under a mock clock), or the monotonic one outside."""
+    try:
+        return anyio.current_time()
+    except anyio.NoEventLoopError:
+        return time.monotonic()
