@@ -13,9 +13,9 @@ STAMP := $(VENV)/.microagent-installed-$(EXTRA)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 FIND_LINKS := $(if $(wildcard /opt/wheels/*.whl),--find-links /opt/wheels,)
 
-.PHONY: install demo test check lint typecheck prepare allocator browser bench clean
+.PHONY: install demo test check lint typecheck prepare allocator browser sandbox bench clean
 
-install: $(STAMP)
+install: $(STAMP) sandbox
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,14 @@ browser:
 		echo "installing Debian's chromium for the browser test"; \
 		$(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+# Debian's bubblewrap (0.8 or newer) builds the sandbox that client code runs in
+# (python_tests validators, the calculator). Without it those features refuse to start.
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { \
+		echo "installing Debian's bubblewrap for the code sandbox"; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; }
 
 # tcmalloc for the CPU engine's processes (vLLM preloads it when its wheel bundles one;
 # this one does not): glibc's malloc fragments under the worker's per-shape allocations.

@@ -1,18 +1,31 @@
-"""A sandbox for untrusted Python: the code validators' candidates and tests.
+"""A sandbox for untrusted Python: code validators' candidates and tests, the calculator.
 
-Each run is a fresh process tree in its own Linux namespaces (``unshare``):
-a user namespace (no privilege outside it), a network namespace with only a
-loopback that is down (no network), a PID namespace with its own ``/proc``
-(the server's processes, and their environments, cannot be seen), and a mount
-namespace where every mount is read-only except a private, size-capped
-``tmpfs`` (its working directory, ``TMPDIR`` and ``HOME``). The environment is empty but
-for ``PATH``/``HOME``/``TMPDIR``; resource limits cap CPU time, address space,
-file size, processes and open files; the whole tree is killed when the wall
-clock runs out or the caller is cancelled; output is capped.
+Each run is a fresh process tree under bubblewrap (``bwrap``, Debian's
+``bubblewrap``), the tool Flatpak builds its sandboxes on:
 
-Where the platform cannot build these namespaces, nothing runs:
-:func:`sandbox_unavailable` says why and :func:`run_sandboxed` raises
-:class:`SandboxUnavailable`.
+- every namespace unshared (user, mount, PID, network, IPC, UTS, cgroup), every
+  capability dropped, nested user namespaces disabled, killed with its parent;
+- a root that is an empty, read-only tmpfs holding only the interpreter, its
+  standard library (``site-packages`` hidden) and the system's shared libraries,
+  all bound read-only; a private, size-capped tmpfs at ``/tmp`` (the working
+  directory, ``TMPDIR`` and ``HOME``); a minimal ``/dev``; no ``/proc`` and no ``/sys``
+  (the sandbox's user is the server's, root included: a ``/proc`` would let it write
+  the host's sysctls, ``core_pattern`` among them);
+- a network namespace with only its own loopback (no host socket, TCP or UNIX,
+  can be reached: no host path is mounted and abstract sockets are per namespace);
+- an empty environment but for ``PATH``/``HOME``/``TMPDIR``/``LANG``;
+- inside, before the untrusted program runs: resource limits (CPU time, address
+  space, file size, open files, no core dumps) and a seccomp filter that refuses
+  new processes, the mount, namespace and file-system-context calls, ``bpf``,
+  ``keyctl``, ``ptrace``, ``io_uring`` and their kin, and every socket family
+  but UNIX, IPv4 and IPv6 (which reach only the sandbox's own loopback);
+- the whole tree killed when the wall clock runs out or the caller is
+  cancelled; output capped.
+
+Fail closed: where ``bwrap`` is missing or cannot build these namespaces, or a probe
+run finds any of the isolation missing, nothing runs: :func:`sandbox_unavailable`
+says why and :func:`run_sandboxed` raises :class:`SandboxUnavailable`.
+docs/security.md says what is isolated and what is not.
 """
 
 from __future__ import annotations
@@ -20,11 +33,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 import platform
+import re
 import shutil
+import socket
 import subprocess
 import sys
-import tempfile
+import sysconfig
 import time
 
 import anyio
@@ -35,9 +51,12 @@ from ._errors import CollaborationError
 
 _MIB = 1 << 20
 
+#: the oldest bubblewrap with everything the sandbox asks of it (``--disable-userns``)
+BWRAP_MIN_VERSION = (0, 8, 0)
+
 
 class SandboxUnavailable(CollaborationError, RuntimeError):
-    """This machine cannot isolate untrusted code (no ``unshare``, or namespaces refused)."""
+    """This machine cannot isolate untrusted code (no ``bwrap``, or its isolation failed)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -45,11 +64,12 @@ class SandboxLimits:
     """What one sandboxed run may use.
 
     Attributes:
-        memory_bytes: address space of each process (``RLIMIT_AS``).
+        memory_bytes: address space of the process (``RLIMIT_AS``).
         file_bytes: the largest file it may write (``RLIMIT_FSIZE``).
         tmp_bytes: the size of its private tmpfs (working directory, ``TMPDIR``).
-        processes: processes and threads inside the sandbox (``RLIMIT_NPROC``).
-        open_files: file descriptors per process (``RLIMIT_NOFILE``).
+        processes: processes and threads (``RLIMIT_NPROC``; new processes are
+            refused by the seccomp filter whatever this says, threads are not).
+        open_files: file descriptors (``RLIMIT_NOFILE``).
         output_bytes: stdout and stderr kept, each; the rest is read and dropped.
     """
 
@@ -85,82 +105,43 @@ class SandboxResult:
         return self.returncode == 0
 
 
-#: Exit status and message of a sandbox whose mounts could not all be made read-only.
+#: where the sandbox's private tmpfs is mounted (its working directory, TMPDIR and HOME)
+WORK_DIR = "/tmp"
+
+#: Exit status and message of a sandbox whose filter or limits could not be installed.
 _SETUP_FAILED = 97
-_SETUP_MESSAGE = "sandbox: cannot make a mount read-only: "
+_SETUP_MESSAGE = "sandbox: seccomp refused"
 
-# Run by the sandbox's first process, as root of its own user namespace: make every
-# mount read-only (keeping the flags the parent namespace locked: nosuid, nodev, noexec,
-# atime), then check that the top mount at every path is read-only, failing closed with
-# _SETUP_FAILED otherwise; mount a private tmpfs on the empty directory made for this
-# run (not over /tmp, which may hold the interpreter itself); become the limited Python.
-_SETUP = (
-    "set -e; "
-    "while read -r dev m fs opts rest; do "
-    'case ",$opts," in *,ro,*) continue;; esac; '
-    "flags=ro; "
-    "for f in nosuid nodev noexec noatime nodiratime relatime strictatime; do "
-    'case ",$opts," in *,$f,*) flags="$flags,$f";; esac; done; '
-    'mount -o "remount,bind,$flags" "$m" 2>/dev/null || true; '
-    "done < /proc/mounts; "
-    # the last entry of a path is the mount a process sees there
-    "bad=$(awk '{top[$2] = $4} END {for (m in top) "
-    "if (top[m] !~ /(^|,)ro(,|$)/) print m}' /proc/mounts); "
-    'if [ -n "$bad" ]; then '
-    f'echo "{_SETUP_MESSAGE}"$bad >&2; exit {_SETUP_FAILED}; fi; '
-    'mount -t tmpfs -o "size=$1,mode=1777,nosuid,nodev" tmpfs "$2"; '
-    'cd "$2"; '
-    "shift 2; "
-    'exec "$@"'
-)
-
-
-def _command(python: str, limits: SandboxLimits, cpu_seconds: int, work: str) -> list[str]:
-    return [
-        "unshare",
-        "--user",
-        "--map-root-user",
-        "--net",
-        "--pid",
-        "--fork",
-        "--mount-proc",
-        "--kill-child",
-        "--",
-        "sh",
-        "-c",
-        _SETUP,
-        "sandbox",
-        str(limits.tmp_bytes),
-        work,
-        "prlimit",
-        f"--cpu={cpu_seconds}",
-        f"--as={limits.memory_bytes}",
-        f"--fsize={limits.file_bytes}",
-        f"--nproc={limits.processes}",
-        f"--nofile={limits.open_files}",
-        "--core=0",
-        "--",
-        python,
-        "-I",
-        "-c",
-        _BOOTSTRAP,
-    ]
-
-
-# The sandboxed interpreter's first lines: forbid creating processes (a seccomp filter
-# that lets threads be made, and nothing else), then run the program read from stdin.
-# ``RLIMIT_NPROC`` alone does not hold: the kernel exempts uid 0, which the sandbox's
-# user is when the server runs as root.
+# The sandboxed interpreter's first lines, run before any untrusted code: set the resource
+# limits, then install a seccomp filter (fail closed: exit _SETUP_FAILED when either is
+# refused), then run the program read from stdin. The filter refuses new processes
+# (threads are allowed), the mount / namespace / fs-context / module / key / bpf / ptrace /
+# io_uring calls and every socket family but UNIX, INET and INET6. Even were one of these
+# let through, bwrap has dropped every capability: the filter is the second wall.
 _BOOTSTRAP = """
-import ctypes, platform, struct, sys
+import ctypes, platform, resource, struct, sys
+cpu, mem, fsize, nproc, nofile = (int(v) for v in sys.argv[1:6])
+try:
+    for lim, v in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, mem),
+                   (resource.RLIMIT_FSIZE, fsize), (resource.RLIMIT_NPROC, nproc),
+                   (resource.RLIMIT_NOFILE, nofile), (resource.RLIMIT_CORE, 0)):
+        resource.setrlimit(lim, (v, v))
+except (OSError, ValueError) as exc:
+    sys.stderr.write("sandbox: seccomp refused: limits: %s\\n" % exc)
+    raise SystemExit(97)
+COMMON = (425, 426, 427, 428, 429, 430, 431, 432, 433, 438, 440, 442, 443, 447)
 ARCHES = {
-    "x86_64": (0xC000003E, 56, (57, 58), True),
-    "aarch64": (0xC00000B7, 220, (), False),
+    "x86_64": (0xC000003E, 56, (57, 58), True, (41, 53), (165, 166, 155, 161, 272, 308, 101,
+               310, 311, 321, 250, 248, 249, 298, 323, 246, 320, 175, 313, 176, 303, 304,
+               163, 167, 168, 169, 103, 179, 134, 172, 173, 153) + COMMON),
+    "aarch64": (0xC00000B7, 220, (), False, (198, 199), (40, 39, 41, 51, 97, 268, 117, 270,
+                271, 280, 219, 217, 218, 241, 282, 104, 294, 105, 273, 106, 264, 265, 89,
+                224, 225, 142, 116, 60, 58) + COMMON),
 }
-arch, clone, forks, x32 = ARCHES[platform.machine()]
+arch, clone, forks, x32, sockets, denied = ARCHES[platform.machine()]
 CLONE3, CLONE_THREAD = 435, 0x00010000
 ALLOW, KILL = 0x7FFF0000, 0x80000000
-EPERM, ENOSYS = 0x00050000 | 1, 0x00050000 | 38
+EPERM, ENOSYS, EAFNOSUPPORT = 0x00050000 | 1, 0x00050000 | 38, 0x00050000 | 97
 def op(code, k, jt=0, jf=0):
     return struct.pack("HBBI", code, jt, jf, k)
 LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
@@ -168,8 +149,11 @@ prog = [op(LD, 4), op(JEQ, arch, 1, 0), op(RET, KILL), op(LD, 0)]
 if x32:
     prog += [op(JGE, 0x40000000, 0, 1), op(RET, EPERM)]
 prog += [op(JEQ, CLONE3, 0, 1), op(RET, ENOSYS)]
-for nr in forks:
+for nr in forks + denied:
     prog += [op(JEQ, nr, 0, 1), op(RET, EPERM)]
+for nr in sockets:
+    prog += [op(JEQ, nr, 0, 6), op(LD, 16), op(JEQ, 1, 3, 0), op(JEQ, 2, 2, 0),
+             op(JEQ, 10, 1, 0), op(RET, EAFNOSUPPORT), op(RET, ALLOW)]
 prog += [op(JEQ, clone, 1, 0), op(RET, ALLOW), op(LD, 16), op(JSET, CLONE_THREAD, 0, 1),
          op(RET, ALLOW), op(RET, EPERM)]
 code = b"".join(prog)
@@ -179,73 +163,226 @@ fbuf = ctypes.create_string_buffer(fprog, len(fprog))
 libc = ctypes.CDLL(None, use_errno=True)
 libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
 if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.addressof(fbuf), 0, 0):
-    raise SystemExit("sandbox: seccomp refused: errno %d" % ctypes.get_errno())
-del ctypes, platform, struct, ARCHES, libc, buf, fbuf, fprog, code, prog, op
+    sys.stderr.write("sandbox: seccomp refused: errno %d\\n" % ctypes.get_errno())
+    raise SystemExit(97)
+del ctypes, platform, resource, struct, ARCHES, COMMON, libc, buf, fbuf, fprog, code, prog, op
+sys.argv[:] = ["<candidate>"]
 source = sys.stdin.read()
 sys.stdin.close()
 exec(compile(source, "<candidate>", "exec"), {"__name__": "__main__"})
 """
 
 
-def _env(work: str) -> dict[str, str]:
-    return {"PATH": "/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8"}
+def _interpreter() -> str:
+    """The interpreter's own file (a virtual environment's ``python`` is a link to it)."""
+    return os.path.realpath(sys.executable)
+
+
+@functools.cache
+def _root_layout() -> tuple[str, ...]:
+    """bwrap's arguments for the sandbox's root: the interpreter, its standard library and
+    the shared libraries it links, each read-only, and nothing else of the host."""
+    args: list[str] = []
+    seen: set[str] = set()
+
+    def bind(path: str) -> None:
+        if path in seen or not os.path.exists(path):
+            return
+        seen.add(path)
+        args.extend(["--ro-bind", os.path.realpath(path), path])
+
+    bind(_interpreter())
+    # the base interpreter's paths, never a virtual environment's (its site-packages)
+    base = {
+        "base": sys.base_prefix,
+        "installed_base": sys.base_prefix,
+        "platbase": sys.base_exec_prefix,
+        "installed_platbase": sys.base_exec_prefix,
+    }
+    paths = sysconfig.get_paths(vars=base)
+    stdlib = paths["stdlib"]
+    bind(stdlib)
+    if paths["platstdlib"] != stdlib:
+        bind(paths["platstdlib"])
+    dynload = os.path.join(paths["platstdlib"], "lib-dynload")
+    if not dynload.startswith(stdlib):
+        bind(dynload)
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if isinstance(libdir, str) and sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        for var in ("INSTSONAME", "LDLIBRARY"):
+            name = sysconfig.get_config_var(var)
+            if isinstance(name, str) and name:
+                bind(os.path.join(libdir, name))
+    # the system's shared libraries (libc, libm, libffi, libz...): /lib and /lib64 are
+    # symbolic links into /usr on merged-/usr systems, made the same here
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    libs = [f"/usr/lib/{multiarch}"] if isinstance(multiarch, str) and multiarch else ["/usr/lib"]
+    libs.append("/usr/lib64")
+    for path in libs:
+        bind(path)
+    for top in ("/lib", "/lib64"):
+        if os.path.islink(top):
+            args.extend(["--symlink", os.readlink(top), top])
+        elif isinstance(multiarch, str) and multiarch and top == "/lib":
+            bind(f"/lib/{multiarch}")
+        else:
+            bind(top)
+    # the base interpreter's own site-packages (pip and the like) stay out of sight
+    for hidden in ("site-packages", "dist-packages"):
+        path = os.path.join(stdlib, hidden)
+        if os.path.isdir(path):
+            args.extend(["--tmpfs", path, "--remount-ro", path])
+    return tuple(args)
+
+
+def _command(python: str, limits: SandboxLimits, cpu_seconds: int) -> list[str]:
+    bwrap = shutil.which("bwrap") or "bwrap"
+    return [
+        bwrap,
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--cap-drop",
+        "ALL",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        *(arg for key, value in _env().items() for arg in ("--setenv", key, value)),
+        *_root_layout(),
+        "--dev",
+        "/dev",
+        "--size",
+        str(limits.tmp_bytes),
+        "--tmpfs",
+        WORK_DIR,
+        "--chdir",
+        WORK_DIR,
+        "--remount-ro",
+        "/dev",
+        "--remount-ro",
+        "/",
+        "--",
+        python,
+        "-I",
+        "-S",
+        "-c",
+        _BOOTSTRAP,
+        str(cpu_seconds),
+        str(limits.memory_bytes),
+        str(limits.file_bytes),
+        str(limits.processes),
+        str(limits.open_files),
+    ]
+
+
+def _env() -> dict[str, str]:
+    """The sandboxed program's whole environment."""
+    return {"PATH": "/usr/bin:/bin", "HOME": WORK_DIR, "TMPDIR": WORK_DIR, "LANG": "C.UTF-8"}
+
+
+def bwrap_version() -> tuple[int, ...] | None:
+    """The installed bubblewrap's version, or ``None`` when there is none."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return None
+    try:
+        out = subprocess.run(
+            [bwrap, "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", out)
+    if found is None:
+        return None
+    return tuple(int(part) for part in found.groups(default="0"))
+
+
+# What the probe checks from inside, each a line on stdout ("ok NAME" or "BAD NAME why"); it
+# stops at the first failure, so an unconfined run (a broken bwrap) touches nothing of the host.
+_PROBE = r"""
+import ctypes, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def check(name, bad):
+    if bad:
+        print("BAD " + name + " " + bad)
+        raise SystemExit(0)
+    print("ok " + name)
+def refused(fn):
+    try:
+        fn()
+    except OSError:
+        return ""
+    return "allowed"
+check("host", "" if not os.path.exists("/etc") and not os.path.exists("/home") else "host files")
+check("proc", "" if not os.path.exists("/proc") and not os.path.exists("/sys") else "proc")
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2).close()
+except OSError:
+    check("network", "")
+else:
+    check("network", "the host's loopback is reachable")
+check("write", refused(lambda: open(os.path.join(os.path.dirname(os.__file__), ".probe"), "w")))
+check("root", refused(lambda: open("/.probe", "w")))
+check("mount", "" if libc.mount(None, b"/", None, 32 | 4096, None) != 0 else "remount allowed")
+check("unshare", "" if libc.unshare(0x00020000) != 0 else "unshare allowed")
+check("fork", refused(os.fork))
+check("netlink", refused(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)))
+check("tmp", "" if open("/tmp/ok", "w").write("ok") == 2 else "no private tmpfs")
+"""
+_PROBE_CHECKS = (
+    "host",
+    "proc",
+    "network",
+    "write",
+    "root",
+    "mount",
+    "unshare",
+    "fork",
+    "netlink",
+    "tmp",
+)
 
 
 @functools.cache
 def sandbox_unavailable() -> str | None:
     """Why this machine cannot run the sandbox, or ``None`` when it can (probed once).
 
-    The probe runs a real sandboxed Python and checks that it has no network and
-    cannot write outside its private tmpfs (the sandbox's setup itself refuses to
-    start when a mount stays writable).
+    The probe runs a real sandboxed Python and checks, from inside, every wall the
+    sandbox promises: no host files, no ``/proc``, no host network (a listener made
+    here for the probe gets no connection), no write outside its private tmpfs, no
+    remount, no new namespace, no new process, no netlink socket.
     """
     if platform.machine() not in ("x86_64", "aarch64"):
         return f"no process filter for the {platform.machine()} architecture"
-    missing = [tool for tool in ("unshare", "prlimit", "sh") if shutil.which(tool) is None]
-    if missing:
-        return f"missing {', '.join(missing)} (util-linux)"
-    probe = (
-        "import os, socket\n"
-        "assert open('/proc/self/status').read()\n"
-        "assert os.getpid() == 1, 'no pid namespace'\n"
-        "try:\n"
-        "    socket.create_connection(('127.0.0.1', 9), timeout=1)\n"
-        "except OSError:\n"
-        "    pass\n"
-        "else:\n"
-        "    raise SystemExit('network reachable')\n"
-        "try:\n"
-        "    open(os.path.join(os.path.dirname(os.__file__), '.sandbox-probe'), 'w')\n"
-        "except OSError:\n"
-        "    pass\n"
-        "else:\n"
-        "    raise SystemExit('file system writable')\n"
-        "open(os.path.join(os.environ['TMPDIR'], 'ok'), 'w').write('ok')\n"
-        "try:\n"
-        "    pid = os.fork()\n"
-        "except OSError:\n"
-        "    pass\n"
-        "else:\n"
-        "    raise SystemExit('processes can be created')\n"
-    )
+    version = bwrap_version()
+    if version is None:
+        return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+    if version < BWRAP_MIN_VERSION:
+        wanted = ".".join(map(str, BWRAP_MIN_VERSION))
+        return f"bubblewrap {'.'.join(map(str, version))} is older than {wanted}"
     try:
-        with tempfile.TemporaryDirectory(prefix="microagent-sandbox-") as work:
+        with socket.socket() as listener:  # the probe must not reach it
+            listener.bind(("127.0.0.1", 0))
+            listener.listen()
+            port = listener.getsockname()[1]
             proc = subprocess.run(
-                _command(sys.executable, SandboxLimits(), 10, work),
-                input=probe.encode(),
+                _command(_interpreter(), SandboxLimits(), 10),
+                input=f"import sys\nsys.argv[1:] = [{port!r}]\n{_PROBE}".encode(),
                 capture_output=True,
-                env=_env(work),
+                env=_env(),
                 cwd="/",
                 timeout=30,
                 check=False,
             )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"the namespace probe failed: {exc}"
-    if proc.returncode != 0:
+        return f"the sandbox probe failed: {exc}"
+    lines = proc.stdout.decode(errors="replace").splitlines()
+    passed = {line.split()[1] for line in lines if line.startswith("ok ")}
+    failed = [line[4:] for line in lines if line.startswith("BAD ")]
+    if proc.returncode != 0 or failed or passed != set(_PROBE_CHECKS):
         tail = proc.stderr.decode(errors="replace").strip().splitlines()
-        return "Linux namespaces are not available here: " + (
-            tail[-1] if tail else f"exit code {proc.returncode}"
-        )
+        why = "; ".join(failed) or (tail[-1] if tail else f"exit code {proc.returncode}")
+        return f"bubblewrap cannot isolate code here: {why}"
     return None
 
 
@@ -269,24 +406,23 @@ async def run_sandboxed(
     if reason is not None:
         raise SandboxUnavailable(f"cannot run untrusted code safely here: {reason}")
     limits = limits or SandboxLimits()
-    with tempfile.TemporaryDirectory(prefix="microagent-sandbox-") as work:
-        result = await _run(source, timeout, limits, work)
+    result = await _run(source, timeout, limits)
     if result.returncode == _SETUP_FAILED and result.stderr.startswith(_SETUP_MESSAGE.encode()):
-        # fail closed: the program never ran with a writable mount
+        # fail closed: the program never ran without its limits and filter
         detail = result.stderr.decode(errors="replace").strip()
         raise SandboxUnavailable(f"cannot run untrusted code safely here: {detail}")
     return result
 
 
-async def _run(source: str, timeout: float, limits: SandboxLimits, work: str) -> SandboxResult:
-    command = _command(sys.executable, limits, max(1, math.ceil(timeout)), work)
+async def _run(source: str, timeout: float, limits: SandboxLimits) -> SandboxResult:
+    command = _command(_interpreter(), limits, max(1, math.ceil(timeout)))
     started = time.monotonic()
     stdout = bytearray()
     stderr = bytearray()
     returncode: int | None = None
     timed_out = False
     async with await anyio.open_process(
-        command, stdin=subprocess.PIPE, env=_env(work), cwd="/", start_new_session=True
+        command, stdin=subprocess.PIPE, env=_env(), cwd="/", start_new_session=True
     ) as process:
         try:
             with anyio.move_on_after(timeout) as deadline:
@@ -303,7 +439,7 @@ async def _run(source: str, timeout: float, limits: SandboxLimits, work: str) ->
             timed_out = deadline.cancelled_caught
         finally:
             if process.returncode is None:
-                process.kill()  # unshare's --kill-child takes the namespace down with it
+                process.kill()  # bwrap is the PID namespace's init: its end ends them all
                 with anyio.CancelScope(shield=True):
                     await process.wait()
     return SandboxResult(

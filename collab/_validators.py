@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import inspect
 import json
+import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import attrs
 
+from ._code_policy import require_code
 from ._errors import InvalidCollaboration
+from ._json_depth import check_schema_depth
 from ._sandbox import SandboxLimits, SandboxUnavailable, run_sandboxed, sandbox_unavailable
 
 Validator = Callable[[str], "bool | str | Awaitable[bool | str | None] | None"]
@@ -94,15 +97,68 @@ def json_schema_validator(schema: Mapping[str, Any]) -> Callable[[str], str | No
     return validate
 
 
+#: the longest verdict message a python_tests validator returns (the client reads it)
+VERDICT_CHARS = 300
+
+# The program a python_tests validator runs in the sandbox: the answer's code, then the tests,
+# in one namespace; whatever happens, its last stderr line is one verdict, JSON after a nonce
+# marker: "pass", or the failure's kind and its own message. The validator reads that line
+# only, so nothing else the program writes (a traceback, a file's content) reaches the client.
+_HARNESS = """
+import json, sys, traceback
+def _verdict(text):
+    sys.stderr.write("\\n" + {marker!r} + json.dumps(text) + "\\n")
+    sys.stderr.flush()
+def _where(exc, name):
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == name]
+    return " (%s line %d)" % (name.strip("<>"), lines[-1]) if lines else ""
+_g = {{"__name__": "__main__"}}
+_step = "<answer>"
+try:
+    exec(compile({code!r}, "<answer>", "exec"), _g)
+    _step = "<tests>"
+    exec(compile({tests!r}, "<tests>", "exec"), _g)
+except AssertionError as exc:
+    _verdict("AssertionError" + _where(exc, "<tests>") + (": %s" % exc if str(exc) else ""))
+    raise SystemExit(1)
+except SyntaxError as exc:
+    _verdict("SyntaxError in the %s, line %s: %s" % (_step.strip("<>"), exc.lineno, exc.msg))
+    raise SystemExit(1)
+except SystemExit:
+    _verdict("the program exited before the tests finished")
+    raise SystemExit(1)
+except BaseException as exc:
+    _verdict(type(exc).__name__ + _where(exc, _step) + (": %s" % exc if str(exc) else ""))
+    raise SystemExit(1)
+_verdict({passed!r})
+"""
+
+
+def _verdict_of(stderr: bytes, marker: str) -> str | None:
+    """The harness's last verdict in ``stderr``, printable and cut to ``VERDICT_CHARS``."""
+    for line in reversed(stderr.decode(errors="replace").splitlines()):
+        if line.startswith(marker):
+            try:
+                text = json.loads(line[len(marker) :])
+            except json.JSONDecodeError:
+                return None
+            if not isinstance(text, str):
+                return None
+            clean = "".join(c if c.isprintable() else " " for c in text)
+            return clean if len(clean) <= VERDICT_CHARS else clean[: VERDICT_CHARS - 1] + "…"
+    return None
+
+
 def python_tests_validator(
     tests: str, *, timeout: float = 10.0, limits: SandboxLimits | None = None
 ) -> Callable[[str], Awaitable[str | None]]:
     """A validator that runs ``tests`` (Python asserts) on the answer's code in a sandbox.
 
-    The candidate's fenced ``python`` block (or the whole answer) and the tests run
-    together in :func:`run_sandboxed`: no network, no new processes, a read-only
-    file system but for a private ``/tmp``, capped CPU, memory and output, killed
-    after ``timeout`` seconds.
+    The candidate's fenced ``python`` block (or the whole answer) and then the tests run
+    in one namespace in :func:`run_sandboxed`: no host files, no network, no new
+    processes, a private ``/tmp``, capped CPU, memory and output, killed after
+    ``timeout`` seconds. The failure message is the verdict alone (the assertion's or
+    exception's own message, cut to ``VERDICT_CHARS``), never the program's output.
 
     Raises:
         SandboxUnavailable: this machine cannot build the sandbox (raised here, before
@@ -113,16 +169,56 @@ def python_tests_validator(
         raise SandboxUnavailable(f"python_tests validators need a sandbox: {reason}")
 
     async def validate(text: str) -> str | None:
-        code = fenced_block(text, "python")
-        result = await run_sandboxed(code + "\n\n" + tests + "\n", timeout=timeout, limits=limits)
+        require_code("python_tests", "collaboration.validator.type")  # and where it runs
+        marker = f"@@verdict-{secrets.token_hex(8)}@@"
+        passed = "pass-" + secrets.token_hex(8)
+        program = _HARNESS.format(
+            marker=marker, code=fenced_block(text, "python"), tests=tests, passed=passed
+        )
+        result = await run_sandboxed(program, timeout=timeout, limits=limits)
         if result.timed_out:
             return f"the tests did not finish within {timeout} s"
-        if result.ok:
+        verdict = _verdict_of(result.stderr, marker)
+        if result.ok and verdict == passed:
             return None
-        err = result.stderr.decode(errors="replace").strip().splitlines()
-        return "tests failed: " + (err[-1] if err else f"exit code {result.returncode}")
+        if verdict is not None and verdict != passed:
+            return "tests failed: " + verdict
+        if result.returncode is not None and result.returncode < 0:
+            return f"tests failed: killed by signal {-result.returncode} (a resource limit)"
+        return f"tests failed: exit code {result.returncode}"
 
     return validate
+
+
+def validator_json_schema() -> dict[str, Any]:
+    """JSON Schema of a validator's JSON form (``validator_from_spec``), for the OpenAPI
+    document: wherever a validator can appear, it is described by this one schema."""
+    return {
+        "type": "object",
+        "description": "A check of the answer: json, json_schema, or python_tests (runs "
+        "client code, in the sandbox; only on a server started with --allow-code-validators).",
+        "oneOf": [
+            {
+                "required": ["type"],
+                "properties": {"type": {"const": "json"}},
+                "additionalProperties": False,
+            },
+            {
+                "required": ["type", "schema"],
+                "properties": {"type": {"const": "json_schema"}, "schema": {"type": "object"}},
+                "additionalProperties": False,
+            },
+            {
+                "required": ["type", "tests"],
+                "properties": {
+                    "type": {"const": "python_tests"},
+                    "tests": {"type": "string", "minLength": 1},
+                    "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 60},
+                },
+                "additionalProperties": False,
+            },
+        ],
+    }
 
 
 def validator_from_spec(spec: Any) -> Validator:
@@ -141,6 +237,7 @@ def validator_from_spec(spec: Any) -> Validator:
             raise InvalidCollaboration(
                 "collaboration.validator.schema", "must be a JSON schema object"
             )
+        check_schema_depth(schema, "collaboration.validator.schema")  # before any recursion
         import jsonschema
 
         try:
@@ -151,6 +248,7 @@ def validator_from_spec(spec: Any) -> Validator:
             ) from None
         return json_schema_validator(schema)
     if kind == "python_tests":
+        require_code("python_tests", "collaboration.validator.type")
         tests = spec.get("tests")
         if not isinstance(tests, str) or not tests.strip():
             raise InvalidCollaboration(
