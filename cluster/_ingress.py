@@ -7,31 +7,41 @@ handle whose router (``AffinityRouter``) picks the replica. A replica that dies
 before its answer is whole is replaced: a request that has sent nothing yet runs
 again on another replica until ``retry_deadline`` (unless a server-side tool may
 have run), and a stream that was under way ends with the error event.
+
+Quotas: a request is admitted on its key's account and charged what the replica
+reports it used: with the answer's last part (``Usage``), or, when the client
+leaves first, by asking the replica that ran it (``EngineReplica.usage_of``, under
+the request's ticket) once the request has wound down there.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
+import attrs
 from ray.exceptions import ActorUnavailableError, RayActorError
 from ray.serve.handle import DeploymentHandle
 from starlette.responses import Response, StreamingResponse
 
 from ..server import (
+    Admission,
     ApiError,
     Guard,
     KeyQuota,
     Quotas,
     ServerLimits,
     key_id,
+    serve_keys,
     serve_options,
     sse_error_ending,
 )
 from ._asgi import Forwarded, ResponseStart
-from ._replica import REPLICA_HEADER, Usage
+from ._replica import REPLICA_HEADER, Accepted, Usage
 from ._route import RouteHint, route_of
 from ._router import preferred_for
 from ._settings import ClusterSettings
@@ -72,6 +82,14 @@ def _lost(replica_error: BaseException) -> ApiError:
     )
 
 
+@attrs.define
+class _Call:
+    """One request's call to the replicas: its ticket, and the replica running it."""
+
+    ticket: str = attrs.field(factory=lambda: uuid.uuid4().hex)
+    replica: str | None = None
+
+
 class IngressApp:
     """The ingress's ASGI app (wrapped in ``Guard`` by ``build``): forwards every request
     to an engine replica through ``replicas`` (a Serve deployment handle)."""
@@ -85,14 +103,17 @@ class IngressApp:
             tokens_per_minute=options.key_tokens_per_minute,
         )
         self.quotas = Quotas(quota) if quota.limited else None
-        self.api_keys: list[str] = list(options.api_key)
+        # the keys ``microagent serve`` reads (options, key files, the environment)
+        self.api_keys, self.admin_keys = serve_keys(options)
+        #: the background collections of what left requests used (kept until they end)
+        self._settling: set[asyncio.Task[None]] = set()
 
     @classmethod
     def build(cls, settings: ClusterSettings, replicas: DeploymentHandle[Any]) -> Guard:
         """The app with the key check and body cap in front, as Serve's ingress runs it."""
         app = cls(settings, replicas)
         limit = ServerLimits().max_body_bytes  # the replicas' own (``microagent serve``'s)
-        return Guard(app, api_keys=app.api_keys, max_body_bytes=limit)
+        return Guard(app, api_keys=app.api_keys, admin_keys=app.admin_keys, max_body_bytes=limit)
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -133,11 +154,16 @@ class IngressApp:
         )
         admission = self.quotas.admit(tenant, 0) if self.quotas is not None else None
         route = route_of(scope["path"], body, tenant, pinned)
+        call = _Call()
         try:
-            start, parts, used, chunks = await self._answer(request, route)
-        except BaseException:
+            start, parts, used, chunks = await self._answer(request, route, call)
+        except ApiError:
             if admission is not None:
-                admission.settle(0)  # nothing came back: nothing to charge
+                admission.settle(0)  # its replica was lost: what it used is unknown
+            raise
+        except BaseException:  # the client left: what the replica used, once it knows
+            if admission is not None:
+                self._settle_left(admission, call)
             raise
         if chunks is not None:
             if admission is not None:
@@ -147,7 +173,7 @@ class IngressApp:
             )
 
         async def relay() -> AsyncIterator[bytes]:
-            got = 0
+            got: int | None = None
             try:
                 async for part in parts:
                     if isinstance(part, Usage):
@@ -155,16 +181,42 @@ class IngressApp:
                     elif isinstance(part, bytes):
                         yield part
             except REPLICA_LOST as exc:  # data went out already: the stream says so, ends
+                got = 0  # what the lost replica used is unknown
                 yield sse_error_ending(_lost(exc))
             finally:
                 parts.cancel()  # a client that left stops the replica's request too
                 if admission is not None:
-                    admission.settle(got)
+                    if got is not None:
+                        admission.settle(got)
+                    else:  # the client left mid-stream
+                        self._settle_left(admission, call)
 
         return StreamingResponse(relay(), status_code=start.status, headers=_headers(start, route))
 
+    def _settle_left(self, admission: Admission, call: _Call) -> None:
+        """Charge a request whose client left what its replica reports it used, in the
+        background (the replica first winds the request down); 0 if it reached none."""
+        if call.replica is None:
+            admission.settle(0)
+            return
+        task = asyncio.get_running_loop().create_task(self._collect(admission, call))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _collect(self, admission: Admission, call: _Call) -> None:
+        used = 0
+        try:
+            hint = RouteHint("replica", call.replica or "")
+            found = await self.replicas.usage_of.remote(call.ticket, route=hint)
+            preferred_for(hint)  # the router's note of where it went is not needed
+            used = found if isinstance(found, int) else 0
+        except Exception:  # the replica is gone: what it used is unknown
+            used = 0
+        finally:
+            admission.settle(used)
+
     async def _answer(
-        self, request: Forwarded, route: RouteHint
+        self, request: Forwarded, route: RouteHint, call: _Call
     ) -> tuple[ResponseStart, Any, int, list[bytes] | None]:
         """A replica's answer: its start, the parts still to come, and for a JSON answer
         its tokens and whole body (None for a stream, relayed as it comes).
@@ -175,9 +227,14 @@ class IngressApp:
         deadline = time.monotonic() + self.settings.retry_deadline
         again = not may_run_tools(request.body)
         while True:
-            parts: Any = self.replicas.options(stream=True).answer.remote(request, route=route)
+            parts: Any = self.replicas.options(stream=True).answer.remote(
+                request, route=route, ticket=call.ticket
+            )
             try:
                 start = await parts.__anext__()
+                if isinstance(start, Accepted):  # the replica that runs it (its usage)
+                    call.replica = start.replica
+                    start = await parts.__anext__()
                 if not isinstance(start, ResponseStart):
                     raise RuntimeError(f"a replica answered {type(start).__name__} first")
                 content_type = dict(start.headers).get(b"content-type", b"")

@@ -5,12 +5,17 @@ Each replica builds the app ``microagent serve`` would from the same options
 replica ready only then), and answers the ingress's forwarded requests through
 the app in process (``exchange``). Quotas are the ingress's: the replica's
 app reports each request's tokens back with the response (``Usage``), and the
-replica's own app runs with none.
+replica's own app runs with none. A request whose client left before its
+answer was whole never gets that far: the replica keeps what it used under the
+ingress's ticket (``UsageLedger``), and the ingress asks for it (``usage_of``).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 
 import attrs
@@ -19,10 +24,22 @@ from ..server import USAGE_REPORT, serve_options, served_app
 from ._asgi import Forwarded, Lifespan, ResponseStart, exchange
 from ._route import RouteHint
 
-__all__ = ["EngineReplica", "Usage", "replica_options"]
+__all__ = ["Accepted", "EngineReplica", "Usage", "UsageLedger", "replica_options"]
 
 #: The response header naming the replica that served the request.
 REPLICA_HEADER = b"x-microagent-replica"
+#: Requests whose usage a replica keeps for the ingress to collect (the oldest go first).
+USAGE_KEPT = 4096
+#: Seconds ``usage_of`` waits for a request that is still winding down to report.
+USAGE_WAIT = 10.0
+
+
+@attrs.frozen
+class Accepted:
+    """The first part of a replica's answer: the replica that runs it (the ingress asks
+    it what the request used if its client leaves first: ``EngineReplica.usage_of``)."""
+
+    replica: str
 
 
 @attrs.frozen
@@ -30,6 +47,45 @@ class Usage:
     """The last part of a replica's answer: the tokens the request used (for the quota)."""
 
     tokens: int
+
+
+class UsageLedger:
+    """What each request used, by the ingress's ticket, until the ingress collects it.
+
+    A request's app settles its account when it ends, cut short or not (a JSON reply
+    and a stream both meter what they use); the replica records that here, so a
+    client that left the ingress is charged it rather than nothing. Bounded: at most
+    ``kept`` tickets, the oldest dropped first.
+    """
+
+    def __init__(self, kept: int = USAGE_KEPT) -> None:
+        self.kept = kept
+        self._used: OrderedDict[str, int] = OrderedDict()
+        self._ready: dict[str, asyncio.Event] = {}
+
+    def __len__(self) -> int:
+        return len(self._used)
+
+    def record(self, ticket: str, tokens: int) -> None:
+        """``ticket``'s request ended having used ``tokens``."""
+        self._used[ticket] = tokens
+        self._used.move_to_end(ticket)
+        while len(self._used) > self.kept:
+            self._used.popitem(last=False)
+        ready = self._ready.pop(ticket, None)
+        if ready is not None:
+            ready.set()
+
+    async def collect(self, ticket: str, timeout: float = USAGE_WAIT) -> int | None:
+        """What ``ticket``'s request used, once it has ended (None: unknown here, or it
+        did not end within ``timeout`` seconds); collected once."""
+        if ticket not in self._used:
+            ready = self._ready.setdefault(ticket, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ready.wait(), timeout)
+            if self._ready.get(ticket) is ready:
+                del self._ready[ticket]
+        return self._used.pop(ticket, None)
 
 
 def replica_options(serve_args: Sequence[str]) -> argparse.Namespace:
@@ -54,6 +110,7 @@ class EngineReplica:
         from ray import serve
 
         self.replica_id = serve.get_replica_context().replica_id.unique_id
+        self.usage = UsageLedger()
         self.served = served_app(replica_options(serve_args), open_engines=True)
         self.lifespan = Lifespan(self.served.app)
         await self.lifespan.start()  # the engines open here: ready means serving
@@ -62,16 +119,27 @@ class EngineReplica:
         await self.lifespan.stop()
 
     async def answer(
-        self, request: Forwarded, route: RouteHint | None = None
-    ) -> AsyncIterator[ResponseStart | bytes | Usage]:
-        """``request`` through the app: its start (naming this replica), its body's chunks
-        as they are made, then the tokens it used. (``route`` is the router's: Serve's
-        request router reads it from this call's arguments.)"""
+        self, request: Forwarded, route: RouteHint | None = None, ticket: str | None = None
+    ) -> AsyncIterator[Accepted | ResponseStart | bytes | Usage]:
+        """``request`` through the app: this replica's name, its start (naming this replica
+        too), its body's chunks as they are made, then the tokens it used, also kept under
+        ``ticket`` for ``usage_of`` when the caller leaves first. (``route`` is the
+        router's: Serve's request router reads it from this call's arguments.)"""
+        yield Accepted(self.replica_id)
         used: list[int] = []
         state = {**self.lifespan.state, USAGE_REPORT: used.append}
-        async for part in exchange(self.served.app, request, state):
-            if isinstance(part, ResponseStart):
-                headers = (*part.headers, (REPLICA_HEADER, self.replica_id.encode()))
-                part = ResponseStart(part.status, headers)
-            yield part
+        try:
+            async for part in exchange(self.served.app, request, state):
+                if isinstance(part, ResponseStart):
+                    headers = (*part.headers, (REPLICA_HEADER, self.replica_id.encode()))
+                    part = ResponseStart(part.status, headers)
+                yield part
+        finally:  # the app settled its account (cut short or not) before this runs
+            if ticket is not None:
+                self.usage.record(ticket, sum(used))
         yield Usage(sum(used))
+
+    async def usage_of(self, ticket: str, route: RouteHint | None = None) -> int | None:
+        """What the request of ``ticket`` used (None: unknown here); the ingress asks when
+        its client left before the answer was whole. (``route`` pins this replica.)"""
+        return await self.usage.collect(ticket)

@@ -22,6 +22,10 @@ from ._calculator import EXPRESSION_REGEX as EXPRESSION_REGEX
 from ._calculator import CalculationError as CalculationError
 from ._calculator import calculate as calculate
 from ._calculator import calculator_tool as calculator_tool
+from ._code_policy import CodePolicy as CodePolicy
+from ._code_policy import code_policy as code_policy
+from ._code_policy import current_code_policy as current_code_policy
+from ._code_policy import require_code as require_code
 from ._config import ModeConfig as ModeConfig
 from ._config import boolean as boolean
 from ._config import build_config as build_config
@@ -38,8 +42,13 @@ from ._errors import CollaborationFailed as CollaborationFailed
 from ._errors import InvalidCollaboration as InvalidCollaboration
 from ._errors import InvalidGraph as InvalidGraph
 from ._errors import InvalidRole as InvalidRole
+from ._errors import NoAnswer as NoAnswer
+from ._json_depth import MAX_SCHEMA_DEPTH as MAX_SCHEMA_DEPTH
+from ._json_depth import check_schema_depth as check_schema_depth
+from ._mcp import McpConnection as McpConnection
 from ._mcp import McpServer as McpServer
 from ._mcp import ToolServerError as ToolServerError
+from ._mcp import mcp_connection as mcp_connection
 from ._mcp import mcp_tools as mcp_tools
 from ._mode import CollaborationOp as CollaborationOp
 from ._mode import ModeRegistry as ModeRegistry
@@ -113,6 +122,7 @@ from ._validators import json_schema_validator as json_schema_validator
 from ._validators import python_tests_validator as python_tests_validator
 from ._validators import run_validator as run_validator
 from ._validators import validator_from_spec as validator_from_spec
+from ._validators import validator_json_schema as validator_json_schema
 from .graph import Condition as Condition
 from .graph import Edge as Edge
 from .graph import Graph as Graph
@@ -133,6 +143,7 @@ __all__ = [
     "LEVEL_SPAN",
     "MAX_AGENT_COUNT",
     "MAX_AGENT_TOKENS",
+    "MAX_SCHEMA_DEPTH",
     "AgentFinish",
     "AgentInput",
     "AgentRecord",
@@ -140,6 +151,7 @@ __all__ = [
     "AnswerSpec",
     "CalculationError",
     "ChoiceView",
+    "CodePolicy",
     "CollaborationContext",
     "CollaborationError",
     "CollaborationEvent",
@@ -157,12 +169,14 @@ __all__ = [
     "InvalidCollaboration",
     "InvalidGraph",
     "InvalidRole",
+    "McpConnection",
     "McpServer",
     "ModeConfig",
     "ModeInput",
     "ModeRegistry",
     "ModeResult",
     "ModelUsage",
+    "NoAnswer",
     "Node",
     "Outcome",
     "PreparedCollaboration",
@@ -203,9 +217,12 @@ __all__ = [
     "calculator_tool",
     "cascade",
     "check_agent_field",
+    "check_schema_depth",
+    "code_policy",
     "collaborate",
     "collaboration_modes",
     "critical_offset",
+    "current_code_policy",
     "debate",
     "default_registry",
     "event",
@@ -219,6 +236,7 @@ __all__ = [
     "load_roles",
     "majority",
     "match_roles",
+    "mcp_connection",
     "mcp_tools",
     "normalize_answer",
     "one_of",
@@ -228,6 +246,7 @@ __all__ = [
     "python_tests_validator",
     "reflect",
     "register_mode",
+    "require_code",
     "run_mode",
     "run_sandboxed",
     "run_validator",
@@ -236,6 +255,7 @@ __all__ = [
     "unknown_agent_tool",
     "unregister_mode",
     "validator_from_spec",
+    "validator_json_schema",
     "vote",
     "worst_case_tokens",
     "write_trace",

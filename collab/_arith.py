@@ -1,16 +1,22 @@
 """Arithmetic expressions: the calculator's language, checked and evaluated.
 
-The calculator (``_calculator``) runs :func:`evaluate_expression` inside the
-sandbox, shipping this module's source as the program, so what is checked
-here and what runs there are one text. The module therefore imports nothing
-but the standard library and stands alone.
+The calculator (``_calculator``) checks an expression in process with
+:func:`check_expression`, which reads its syntax tree and never evaluates, then
+runs :func:`evaluate_expression` inside the sandbox, shipping this module's
+source as the program, so what is checked here and what runs there are one
+text. The module therefore imports nothing but the standard library and
+stands alone.
 
 The language is Python's expression syntax cut down to numbers: integer and
 decimal literals, ``+ - * / // % **``, unary ``+ -``, comparisons (a bool
 result), parentheses, tuples/lists as arguments, and the functions in
 ``FUNCTIONS``. Names, attributes, strings, subscripts, lambdas and every
-other construct are refused before anything is evaluated, and powers are
-bounded so a check can refuse ``9 ** 9 ** 9`` instead of the sandbox killing it.
+other construct are refused before anything is evaluated. Every operation that
+could blow up is bounded before it runs, so the evaluation refuses it at once
+instead of the sandbox killing it: a power's exponent and its result's size
+(``9 ** 9 ** 9``, ``(2 ** 999) ** 999``), ``factorial``'s argument, ``round``'s
+digits (``round(5, -10 ** 9)`` builds a number of a billion digits), and the
+digits of every integer an operation or a function returns.
 """
 
 import ast
@@ -18,6 +24,8 @@ import math
 import operator
 from collections.abc import Callable
 from typing import Any
+
+_OPERATOR_NODES = (ast.operator, ast.unaryop, ast.cmpop, ast.expr_context)
 
 Number = int | float  # bool is an int: a comparison's value
 
@@ -27,6 +35,10 @@ MAX_EXPRESSION_CHARS = 200
 MAX_EXPONENT = 1000
 #: the most digits an integer result may have
 MAX_DIGITS = 4000
+#: the largest ``|digits|`` of ``round(x, digits)``
+MAX_ROUND_DIGITS = 100
+#: the largest argument of ``factorial``
+MAX_FACTORIAL = 500
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     "abs": abs,
@@ -70,14 +82,85 @@ class ExpressionError(ValueError):
     """The expression is not in the calculator's language, or its value cannot be computed."""
 
 
-def evaluate_expression(text: str) -> Number:
-    """The value of ``text``; an :class:`ExpressionError` says what is wrong with it."""
+def check_expression(text: str) -> ast.Expression:
+    """``text``'s syntax tree, checked against the language without evaluating anything.
+
+    Every node must be a number, a constant, an allowed operator or a call of an
+    allowed function; a literal argument already out of bounds (``round(5, -10**8)``
+    written out, ``factorial(1000)``) is refused here too. Bounds on computed values
+    are :func:`evaluate_expression`'s, in the sandbox.
+    """
     if len(text) > MAX_EXPRESSION_CHARS:
         raise ExpressionError(f"longer than {MAX_EXPRESSION_CHARS} characters")
     try:
         tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise ExpressionError(f"not an expression: {exc.msg}") from None
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise ExpressionError(f"not an expression: {getattr(exc, 'msg', exc)}") from None
+    nodes = list(ast.walk(tree.body))  # breadth first: no recursion
+    callees = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
+    for node in nodes:
+        _check_node(node, id(node) in callees)
+    return tree
+
+
+def _check_node(node: ast.AST, callee: bool) -> None:
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+            raise ExpressionError(f"only numbers are allowed, not {node.value!r}")
+    elif isinstance(node, ast.BinOp):
+        if type(node.op) not in _BINARY:
+            raise ExpressionError(f"{type(node.op).__name__} is not allowed in an expression")
+        exponent = _literal(node.right)
+        if isinstance(node.op, ast.Pow) and exponent is not None and abs(exponent) > MAX_EXPONENT:
+            raise ExpressionError("the power is too large to compute")
+    elif isinstance(node, ast.UnaryOp):
+        if type(node.op) not in _UNARY:
+            raise ExpressionError(f"{type(node.op).__name__} is not allowed in an expression")
+    elif isinstance(node, ast.Compare):
+        for op in node.ops:
+            if type(op) not in _COMPARE:
+                raise ExpressionError(f"{type(op).__name__} is not allowed")
+    elif isinstance(node, ast.Name):
+        if node.id not in (FUNCTIONS if callee else CONSTANTS):
+            raise ExpressionError(f"unknown name {node.id!r}")
+    elif isinstance(node, ast.Call):
+        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
+            raise ExpressionError(f"only these functions are allowed: {sorted(FUNCTIONS)}")
+        if node.keywords:
+            raise ExpressionError("keyword arguments are not allowed")
+        _check_arguments(node.func.id, [_literal(a) for a in node.args])
+    elif not isinstance(node, (ast.Tuple, ast.List, ast.Load, *_OPERATOR_NODES)):
+        raise ExpressionError(f"{type(node).__name__} is not allowed in an expression")
+
+
+def _literal(node: ast.AST) -> Number | None:
+    """The value of a number written out (``5``, ``-10``), else None (nothing evaluated)."""
+    sign = 1
+    while isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        sign = -sign if isinstance(node.op, ast.USub) else sign
+        node = node.operand
+    value = node.value if isinstance(node, ast.Constant) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return sign * value
+    return None
+
+
+def _check_arguments(name: str, args: list[Number | None]) -> None:
+    """The bounds of ``name``'s arguments, for those that are known (None: computed)."""
+    if (
+        name == "round"
+        and len(args) == 2
+        and args[1] is not None
+        and abs(args[1]) > MAX_ROUND_DIGITS
+    ):
+        raise ExpressionError(f"round's digits must be within ±{MAX_ROUND_DIGITS}")
+    if name == "factorial" and args and args[0] is not None and args[0] > MAX_FACTORIAL:
+        raise ExpressionError(f"factorial is limited to {MAX_FACTORIAL}")
+
+
+def evaluate_expression(text: str) -> Number:
+    """The value of ``text``; an :class:`ExpressionError` says what is wrong with it."""
+    tree = check_expression(text)
     try:
         value = _value(tree.body)
     except ExpressionError:
@@ -131,9 +214,11 @@ def _value(node: ast.AST) -> Number | tuple[Number, ...]:
         if node.keywords:
             raise ExpressionError("keyword arguments are not allowed")
         args = [_value(a) for a in node.args]
-        if node.func.id == "factorial" and args and _number_of(args[0]) > 500:
-            raise ExpressionError("factorial is limited to 500")
+        numbers = [a if isinstance(a, (int, float)) else None for a in args]
+        _check_arguments(node.func.id, numbers)  # the computed ones, now known
         called: Number = FUNCTIONS[node.func.id](*args)
+        if isinstance(called, int) and _digits(called) > MAX_DIGITS:
+            raise ExpressionError("the value has too many digits")
         return called
     raise ExpressionError(f"{type(node).__name__} is not allowed in an expression")
 
@@ -151,4 +236,7 @@ def _number_of(value: object) -> Number:
 
 
 def _digits(value: Number) -> int:
-    return len(str(int(abs(value)))) if math.isfinite(value) else MAX_DIGITS + 1
+    """At least the decimal digits of ``value``'s integer part (from its bits: no string)."""
+    if not math.isfinite(value):
+        return MAX_DIGITS + 1
+    return int(int(abs(value)).bit_length() * 0.30103) + 1

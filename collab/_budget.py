@@ -1,11 +1,13 @@
 """Token budgets: a collaboration's worst case, known before it runs, and a meter as it runs.
 
-A budget counts completion tokens (what decoding costs), all agents together. The
-worst case is the mode's turn bound (``CollaborationOp.max_turns``) times the
-largest turn it may ask for, times the steps of an agent's tool loop; a server
-refuses a request whose worst case is over its budget before anything runs. The
-meter (``TokenMeter``, used by ``CollaborationContext.turn``) holds the budget for
-modes with no bound: a turn that could take the total past it is not sent.
+The worst case counts completion tokens (what decoding costs), all agents together:
+the mode's turn bound (``CollaborationOp.max_turns``) times the largest turn it may
+ask for, times the steps of an agent's tool loop; a server adds each turn's prompt
+and refuses a request whose worst case is over its budget before anything runs. The
+meter (``TokenMeter``, used by ``CollaborationContext.turn``) holds the budget as the
+collaboration runs, in prompt plus completion tokens (what an API key's quota
+counts): a turn whose prompt and ``max_tokens`` could take the total past it is not
+sent.
 """
 
 from __future__ import annotations
@@ -21,14 +23,16 @@ if TYPE_CHECKING:
 
 
 class TokenBudgetExceeded(CollaborationFailed):
-    """A turn was not sent: its ``max_tokens`` could take the collaboration past its budget."""
+    """A turn was not sent: its prompt and ``max_tokens`` could take the collaboration past
+    its budget."""
 
 
 def largest_turn(prepared: PreparedCollaboration) -> int:
     """The most completion tokens one turn of ``prepared`` may ask for."""
     config = prepared.config
     sizes = [config.max_tokens, int(getattr(config, "answer_tokens", 0) or 0)]
-    sizes += [a.max_tokens for a in prepared.agents if a.max_tokens is not None]
+    spawned = prepared.op.spawned_specs(config, prepared.agents)  # a graph's nodes
+    sizes += [a.max_tokens for a in spawned if a.max_tokens is not None]
     return max(sizes)
 
 
@@ -48,7 +52,7 @@ def worst_case_tokens(prepared: PreparedCollaboration, *, tool_steps: int = 0) -
 
 @attrs.define
 class TokenMeter:
-    """Completion tokens spent and promised to turns in flight, against a budget."""
+    """Prompt and completion tokens spent and promised to turns in flight, against a budget."""
 
     budget: int | None
     spent: int = 0
@@ -58,7 +62,7 @@ class TokenMeter:
         """Promise ``tokens`` to a turn about to be sent, or raise when over budget."""
         if self.budget is not None and self.spent + self.in_flight + tokens > self.budget:
             raise TokenBudgetExceeded(
-                f"the collaboration's token budget of {self.budget} completion tokens would be "
+                f"the collaboration's token budget of {self.budget} tokens would be "
                 f"exceeded: {self.spent} spent, {self.in_flight} in flight, the next turn may "
                 f"take {tokens}"
             )

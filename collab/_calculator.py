@@ -3,10 +3,12 @@
 A 135M model cannot add two-digit numbers reliably; it can copy them into an
 expression. The calculator is the tool that closes that gap (the
 ``compute`` mode writes expressions for it; any agent can call it as the
-``calculator`` tool). Each call checks the expression against the language
-of ``_arith`` here (a clear error at once), then evaluates it in a fresh
-sandbox (``run_sandboxed``: no network, read-only files, CPU, memory and
-process limits), running ``_arith``'s own source there. Where the sandbox
+``calculator`` tool). Each call checks the expression's syntax tree against the
+language of ``_arith`` here (a clear error at once; nothing is evaluated in this
+process, where a blow-up would stall the event loop), then evaluates it in a
+fresh sandbox (``run_sandboxed``: no network, read-only files, CPU, memory and
+process limits), running ``_arith``'s own source there, whose bounds refuse an
+operation that would blow up before it runs. Where the sandbox
 cannot be built nothing is evaluated: :class:`SandboxUnavailable` (fail closed).
 """
 
@@ -17,7 +19,8 @@ import json
 import math
 
 from . import _arith
-from ._arith import MAX_EXPRESSION_CHARS, ExpressionError, evaluate_expression
+from ._arith import MAX_EXPRESSION_CHARS, ExpressionError, check_expression
+from ._code_policy import require_code
 from ._errors import CollaborationError
 from ._sandbox import SandboxLimits, run_sandboxed
 from ._tools import Tool
@@ -67,8 +70,9 @@ async def calculate(expression: str) -> str:
 
 async def calculate_value(expression: str) -> int | float | bool:
     """The value of ``expression``, evaluated in the sandbox (see :func:`calculate`)."""
+    require_code("calculator", "tools")  # the gate holds where it runs, too
     try:
-        evaluate_expression(expression)  # refused here, before any process starts
+        check_expression(expression)  # the syntax alone, here, before any process starts
     except ExpressionError as exc:
         raise CalculationError(str(exc)) from None
     except RecursionError:

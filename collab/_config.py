@@ -37,6 +37,22 @@ def _answer(value: object) -> AnswerSpec | None:
     raise InvalidCollaboration("answer", "must be {choices: [...]} or {regex: str}")
 
 
+#: Most stop strings a collaboration takes (OpenAI's limit).
+MAX_STOP_STRINGS = 4
+
+
+def _stops(value: object) -> tuple[str, ...]:
+    """``stop`` as a tuple: a string, or a list of up to 4 non-empty strings (None: none)."""
+    if value is None:
+        return ()
+    stops = (value,) if isinstance(value, str) else value
+    if not isinstance(stops, list | tuple) or not all(isinstance(s, str) and s for s in stops):
+        raise InvalidCollaboration("stop", "must be a string or a list of non-empty strings")
+    if len(stops) > MAX_STOP_STRINGS:
+        raise InvalidCollaboration("stop", f"takes at most {MAX_STOP_STRINGS} strings")
+    return tuple(stops)
+
+
 def int_in(low: int, high: int) -> Any:
     """An attrs validator: an integer (never a bool) in ``low..high``, or None."""
 
@@ -86,6 +102,10 @@ class ModeConfig:
         max_tokens: default completion budget per agent turn.
         temperature: default sampling temperature (agents may override).
         timeout: seconds before the whole collaboration is cancelled (None = no limit).
+        top_p: default nucleus sampling mass (agents may override).
+        seed: makes the agents' sampling reproducible: the k-th agent the mode starts
+            samples with ``seed + k`` (each agent its own stream; a rerun repeats them).
+        stop: up to 4 strings that end every turn of every agent (the request's ``stop``).
     """
 
     early_stop: bool = attrs.field(default=True, validator=boolean)
@@ -94,6 +114,9 @@ class ModeConfig:
     max_tokens: int = attrs.field(default=256, validator=[not_none, int_in(1, MAX_AGENT_TOKENS)])
     temperature: float = 0.7
     timeout: float | None = None
+    top_p: float | None = None
+    seed: int | None = attrs.field(default=None, validator=int_in(-(2**63), 2**63 - 1))
+    stop: tuple[str, ...] = attrs.field(default=(), converter=_stops)
 
     def __attrs_post_init__(self) -> None:
         reason = agent_field_rules()["temperature"].problem(self.temperature)
@@ -102,6 +125,9 @@ class ModeConfig:
 
         if reason is not None:  # the same bounds as an agent's own temperature
             raise InvalidCollaboration("temperature", reason)
+        reason = agent_field_rules()["top_p"].problem(self.top_p)
+        if reason is not None:  # the same bounds as an agent's own top_p
+            raise InvalidCollaboration("top_p", reason)
         if self.timeout is not None and not (
             isinstance(self.timeout, int | float) and self.timeout > 0
         ):

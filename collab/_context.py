@@ -190,15 +190,20 @@ class CollaborationContext(Generic[C]):
         temperature: float | None = None,
         constrained: bool = False,
     ) -> Sampling:
-        """Sampling for one of ``spec``'s turns: the spec's values, else the config's."""
-        answer = self.config.answer
-        temp = spec.temperature if spec.temperature is not None else self.config.temperature
+        """Sampling for one of ``spec``'s turns: the spec's values, else the config's
+        (``stop`` and ``seed`` are the config's: ``turn`` gives each agent its own seed)."""
+        config = self.config
+        answer = config.answer
+        temp = spec.temperature if spec.temperature is not None else config.temperature
         if temperature is not None:
             temp = temperature
+        top_p = spec.top_p if spec.top_p is not None else config.top_p
         return Sampling(
-            max_tokens=max_tokens or spec.max_tokens or self.config.max_tokens,
+            max_tokens=max_tokens or spec.max_tokens or config.max_tokens,
             temperature=temp,
-            top_p=spec.top_p or 1.0,
+            top_p=1.0 if top_p is None else top_p,
+            seed=config.seed,
+            stop=config.stop,
             choices=answer.choices if (constrained and answer is not None) else None,
             regex=answer.regex if (constrained and answer is not None) else None,
         )
@@ -310,16 +315,17 @@ class CollaborationContext(Generic[C]):
 
     async def warm(self, role: Role, handle: KVHandle, offset: int = 0) -> None:
         """Prefill ``handle`` on ``role``'s engine, as a turn is: at this collaboration's
-        priority, its one generated token counted against the token budget."""
-        self.meter.reserve(1)  # TokenBudgetExceeded: nothing is sent
+        priority, its prompt and one generated token counted against the token budget."""
+        reserved = len(handle) + 1
+        self.meter.reserve(reserved)  # TokenBudgetExceeded: nothing is sent
         used = 0
         try:
             warmed = await role.bridge.warm(
                 handle, priority=self.engine_priority(offset), group=self.group
             )
-            used = warmed.completion_tokens
+            used = warmed.prompt_tokens + warmed.completion_tokens
         finally:
-            self.meter.settle(1, used)
+            self.meter.settle(reserved, used)
         role.record.prompt_tokens += warmed.prompt_tokens
         role.record.cached_tokens += warmed.cached_tokens
 
@@ -331,10 +337,15 @@ class CollaborationContext(Generic[C]):
         """
         now = self.now()
         priority = self.engine_priority(turn.priority, now)
+        if turn.sampling.seed is not None:  # each agent its own stream: seed + its ordinal
+            ordinal = list(self.roles).index(role.agent) if role.agent in self.roles else 0
+            seed = (turn.sampling.seed + ordinal + 2**63) % 2**64 - 2**63
+            turn = attrs.evolve(turn, sampling=attrs.evolve(turn.sampling, seed=seed))
         steps = 1 + self.max_tool_steps if self.tools_for(role.spec) else 1
-        reserved = turn.sampling.max_tokens * steps
+        reserved = (len(turn.prompt) + turn.sampling.max_tokens) * steps
         self.meter.reserve(reserved)  # TokenBudgetExceeded: the turn is not sent
-        before = role.record.completion_tokens
+        record = role.record
+        before = record.prompt_tokens + record.completion_tokens
         try:
             return await role.turn(attrs.evolve(turn, sent_at=now, priority=priority))
         except Exception as exc:
@@ -345,7 +356,7 @@ class CollaborationContext(Generic[C]):
             )
             raise
         finally:
-            self.meter.settle(reserved, role.record.completion_tokens - before)
+            self.meter.settle(reserved, record.prompt_tokens + record.completion_tokens - before)
 
 
 def bridge_for_spec(

@@ -57,3 +57,13 @@ class CollaborationFailed(CollaborationError, RuntimeError):
         self.records = records
         self.cause = cause
         super().__init__(reason)
+
+
+class NoAnswer(CollaborationFailed):
+    """The collaboration ended without an answer because of how its request set it up: a
+    graph whose conditions pruned its output node. ``field`` names that input (the server
+    answers 422 naming it, not a server error)."""
+
+    def __init__(self, field: str, reason: str, records: tuple[AgentRecord, ...] = ()) -> None:
+        self.field = field
+        super().__init__(reason, records)

@@ -5,6 +5,8 @@ subprocess (the official ``mcp`` SDK's stdio client), lists its tools and
 yields them; calling one sends ``tools/call`` on the open session, and leaving
 the block stops the server. A call that the server answers with ``isError``
 reaches the model as an error result, like a Python tool's exception.
+``mcp_connection`` yields the same tools with an event set when the server's
+output ends (it exited or crashed): what a supervisor restarts it on.
 """
 
 from __future__ import annotations
@@ -49,6 +51,15 @@ class McpServer:
         return cls(words[0], tuple(words[1:]))
 
 
+@attrs.define(eq=False)
+class McpConnection:
+    """A started MCP server: its tools, and ``closed``, set once its output ended (the
+    process exited or crashed; its tools' calls then fail)."""
+
+    tools: list[Tool]
+    closed: Any  # an anyio.Event (anyio is imported when a server starts)
+
+
 @contextlib.asynccontextmanager
 async def mcp_tools(
     server: McpServer | str,
@@ -61,6 +72,23 @@ async def mcp_tools(
     Raises:
         ToolServerError: the server did not start, or did not answer the handshake
             and the tool listing within ``timeout`` seconds.
+    """
+    async with mcp_connection(server, timeout=timeout, max_output_chars=max_output_chars) as c:
+        yield c.tools
+
+
+@contextlib.asynccontextmanager
+async def mcp_connection(
+    server: McpServer | str,
+    *,
+    timeout: float = DEFAULT_TOOL_TIMEOUT,
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+) -> AsyncIterator[McpConnection]:
+    """Start ``server`` and yield its tools with the event of its end (``McpConnection``);
+    stop it when the block ends.
+
+    Raises:
+        ToolServerError: as ``mcp_tools``.
     """
     import anyio
     from mcp import ClientSession, StdioServerParameters
@@ -76,14 +104,18 @@ async def mcp_tools(
         async with contextlib.AsyncExitStack() as stack:
             try:  # the contexts open task groups: enter them outside the deadline's scope
                 streams = await stack.enter_async_context(stdio_client(params))
-                session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
+                closed = anyio.Event()
+                relay = await stack.enter_async_context(anyio.create_task_group())
+                stack.callback(relay.cancel_scope.cancel)  # on exit, before the relay's group
+                received = await relay.start(_relay, streams[0], closed)
+                session = await stack.enter_async_context(ClientSession(received, streams[1]))
                 with anyio.fail_after(timeout):
                     await session.initialize()
                     listed = await session.list_tools()
             except Exception as exc:  # cancellation is a BaseException: it passes through
                 raise ToolServerError(f"MCP server {where!r}: {type(exc).__name__}: {exc}") from exc
             started = True
-            yield [
+            tools = [
                 Tool(
                     name=item.name,
                     fn=_caller(session, item.name),
@@ -94,11 +126,29 @@ async def mcp_tools(
                 )
                 for item in listed.tools
             ]
+            yield McpConnection(tools, closed)
     except BaseExceptionGroup as group:  # the stdio client's task group wraps a start failure
         failure = _start_failure(group) if not started else None
         if failure is None:
             raise
         raise failure from None
+
+
+async def _relay(source: Any, closed: Any, *, task_status: Any) -> None:
+    """Pass the server's messages on to the session; set ``closed`` when they end (the
+    process exited: its stdout closed)."""
+    import anyio
+
+    send, receive = anyio.create_memory_object_stream[Any](0)
+    task_status.started(receive)
+    try:
+        async with send:
+            async for message in source:
+                await send.send(message)
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+        pass
+    finally:
+        closed.set()
 
 
 def _start_failure(group: BaseExceptionGroup[BaseException]) -> ToolServerError | None:

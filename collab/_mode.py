@@ -57,6 +57,9 @@ class CollaborationOp(abc.ABC, Generic[C]):
     min_agents: ClassVar[int] = 1
     #: Whether the mode has rounds (``rounds`` is refused by modes without them).
     uses_rounds: ClassVar[bool] = False
+    #: The request field its agents come from (``graph``: its nodes): the field an agent
+    #: cap's error names.
+    agents_field: ClassVar[str] = "agents"
 
     def validate(self, config: C, agents: Sequence[AgentSpec]) -> None:
         """Check mode-specific rules; raise ``InvalidCollaboration`` naming the field."""
@@ -65,6 +68,11 @@ class CollaborationOp(abc.ABC, Generic[C]):
             raise InvalidCollaboration(
                 "agents", f"mode {self.name!r} needs at least {self.min_agents} agents, got {total}"
             )
+
+    def spawned_specs(self, config: C, agents: Sequence[AgentSpec]) -> Sequence[AgentSpec]:
+        """The specs one run spawns role actors for (default: ``agents``; ``graph``: its
+        nodes). ``max_agents`` caps their instances, and the largest turn reads them."""
+        return agents
 
     def max_turns(self, config: C, agents: Sequence[AgentSpec]) -> int | None:
         """At most how many turns (engine generations) one run makes; ``None``: unknown.

@@ -105,7 +105,8 @@ def prepare_collaboration(
         mode: a mode name (looked up in ``registry``), a mode class or an instance.
         agents: agent specs or their JSON form; the mode's defaults when empty.
         options: the mode's config options.
-        max_agents: most agents in total.
+        max_agents: most agents in total: the request's, and the ones its mode spawns
+            (a graph's node instances).
         registry: where mode names are looked up (default: the default registry).
 
     Raises:
@@ -126,6 +127,13 @@ def prepare_collaboration(
     if config.rounds is not None and not op.uses_rounds:
         raise InvalidCollaboration("collaboration.rounds", f"mode {op.name!r} has no rounds")
     op.validate(config, specs)
+    spawned = op.spawned_specs(config, specs)
+    if spawned is not specs:  # the mode spawns its own (a graph's nodes): they count too
+        total = sum(s.count for s in spawned)
+        if total > max_agents:
+            raise InvalidCollaboration(
+                op.agents_field, f"{total} agents in total; the limit is {max_agents}"
+            )
     return PreparedCollaboration(op, config, tuple(specs))
 
 
@@ -204,9 +212,11 @@ async def collaborate(
         tool_choice: ``"auto"`` (the model decides) or ``"required"`` (every step of a
             free turn but the last is a call, ``max_tool_steps`` of them: small models
             that never call on their own still do).
-        token_budget: the most completion tokens the collaboration may generate, all
-            agents together; a turn whose ``max_tokens`` could take it past is not sent
-            (``TokenBudgetExceeded``). ``worst_case_tokens`` tells before it runs.
+        token_budget: the most tokens (prompt and completion, cached prompt tokens
+            included, as a quota counts them) the collaboration may use, all agents
+            together; a turn whose prompt and ``max_tokens`` could take it past is not
+            sent (``TokenBudgetExceeded``). ``worst_case_tokens`` tells the completion
+            part before it runs.
         question: the user's question as text, for modes that read it (``compute``
             looks for numbers in it); default: the context's last user message (none
             for a handle context).
@@ -219,6 +229,8 @@ async def collaborate(
         InvalidCollaboration: the request is invalid (names the field).
         CollaborationFailed: the collaboration could not produce an answer.
         TokenBudgetExceeded: it would have gone past ``token_budget``.
+        TimeoutError: ``timeout`` (a config option) expired; everything it started was
+            cancelled.
     """
     if isinstance(mode, PreparedCollaboration):
         if agents or options:

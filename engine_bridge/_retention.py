@@ -14,7 +14,12 @@ ScriptedEngine, so both engines follow one set of rules:
   it covers: an HTTP session's next turn extends the last one, whatever its key.
 * An entry ends when it is released (its owner ended: ``release(prefix=...)``),
   superseded, past its time-to-live, when the engine restarts, or to make room.
-* The blocks held by entries never exceed ``budget`` (distinct blocks).
+* The blocks held by entries never exceed ``budget`` (distinct blocks), and those of
+  one ``account`` (an API key's sessions) never exceed its ``share`` of it: past it,
+  the account's own older entries go (victim order), never another account's; only
+  its newest entry alone may hold more (one turn larger than the share). So one
+  tenant's warm sessions leave the rest of the budget to the others, and count toward
+  the newcomers' headroom (``reserve``) for at most their share.
 * **Admission is by program.** A request that waits for blocks may release an
   entry only when (1) the entry's owner is served after it (``rank >`` its
   priority: with program-level first-come-first-served priorities, a newer
@@ -79,12 +84,17 @@ class Retain:
             recomputing it costs is not held against a waiting request.
         scope: entries of the same scope whose blocks this one covers are
             superseded by it (a session's next turn extends its last one).
+        account: the owner whose entries share one ``share`` of the budget (a
+            server's API key); None: only the whole budget bounds it.
+        share: the fraction of the budget the ``account``'s entries may hold together.
     """
 
     key: str
     ttl: float | None = None
     next_use: float | None = None
     scope: str | None = None
+    account: str | None = None
+    share: float = 1.0
 
     def __attrs_post_init__(self) -> None:
         if not self.key:
@@ -93,10 +103,19 @@ class Retain:
             raise ValueError(f"ttl must be > 0 seconds, got {self.ttl}")
         if self.next_use is not None and self.next_use < 0:
             raise ValueError(f"next_use must be >= 0 seconds, got {self.next_use}")
+        if not 0 < self.share <= 1:
+            raise ValueError(f"share must be in (0, 1], got {self.share}")
 
     def to_wire(self) -> dict[str, object]:
         """The form that travels with a request to the engine (``SamplingParams.extra_args``)."""
-        return {"key": self.key, "ttl": self.ttl, "next_use": self.next_use, "scope": self.scope}
+        return {
+            "key": self.key,
+            "ttl": self.ttl,
+            "next_use": self.next_use,
+            "scope": self.scope,
+            "account": self.account,
+            "share": self.share,
+        }
 
     @classmethod
     def from_wire(cls, data: object) -> Retain | None:
@@ -104,12 +123,15 @@ class Retain:
         if not isinstance(data, dict) or not isinstance(data.get("key"), str):
             return None
         ttl, next_use, scope = data.get("ttl"), data.get("next_use"), data.get("scope")
+        account, share = data.get("account"), data.get("share")
         try:
             return cls(
                 data["key"],
                 float(ttl) if isinstance(ttl, int | float) else None,
                 float(next_use) if isinstance(next_use, int | float) else None,
                 scope if isinstance(scope, str) else None,
+                account if isinstance(account, str) else None,
+                float(share) if isinstance(share, int | float) else 1.0,
             )
         except ValueError:
             return None
@@ -149,6 +171,9 @@ class _Entry(Generic[B]):
     order: int
     rank: int
     scope: str | None = None
+    account: str | None = None
+    #: the most blocks the account's entries may hold together (None: no share)
+    cap: int | None = None
 
     def remaining(self, now: float) -> float:
         """Expected seconds until the owner reads it again (inf: no hint).
@@ -245,9 +270,24 @@ class RetentionTable(Generic[B]):
 
     def reserve(self, now: float) -> int:
         """Free blocks the live sessions worth keeping are expected to need on their next
-        turn (each grows by the blocks an average turn has added so far)."""
-        live = sum(self._worth(e, now) for e in self._entries.values())
-        return math.ceil(self._growth * live)
+        turn (each grows by the blocks an average turn has added so far); an account's
+        sessions count for at most its share of the budget."""
+        live: Counter[str | None] = Counter()
+        caps: dict[str | None, int | None] = {}
+        for e in self._entries.values():
+            if self._worth(e, now):
+                live[e.account] += 1
+                caps[e.account] = e.cap
+        total = 0.0
+        for account, n in live.items():
+            cap = caps[account]
+            want = self._growth * n
+            total += want if account is None or cap is None else min(want, cap)
+        return math.ceil(total)
+
+    def account_blocks(self, account: str) -> int:
+        """Distinct blocks held by ``account``'s entries."""
+        return len({b for e in self._entries.values() if e.account == account for b in e.blocks})
 
     def holds_back(
         self, free_after: int, *, reserve: int, extends: bool, waited: float, idle: bool = False
@@ -287,6 +327,7 @@ class RetentionTable(Generic[B]):
         self._retains += 1
         self._order += 1
         ttl = retain.ttl if retain.ttl is not None else self.default_ttl
+        cap = math.floor(self.budget * retain.share) if retain.account is not None else None
         entry = _Entry(
             retain.key,
             held,
@@ -296,6 +337,8 @@ class RetentionTable(Generic[B]):
             self._order,
             rank,
             retain.scope,
+            retain.account,
+            cap,
         )
         previous = self._entries.pop(retain.key, None)
         self._entries[retain.key] = entry
@@ -319,6 +362,12 @@ class RetentionTable(Generic[B]):
             step = max(0, min(grown))
             self._growth = step if not self._growth else 0.9 * self._growth + 0.1 * step
         self.expire(now)
+        account = retain.account
+        if account is not None and cap is not None:  # its own older entries go, never others'
+            while self.account_blocks(account) > cap and (
+                victim := self._victim(now, lambda e: e.account == account and e is not entry)
+            ):
+                self._drop(victim, "budget")
         while self.held_blocks > self.budget and (victim := self._victim(now)) is not None:
             self._drop(victim, "budget")
         return retain.key in self._entries

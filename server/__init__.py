@@ -14,6 +14,7 @@ from ._app import create_app as create_app
 from ._cli import CliError as CliError
 from ._cli import ServedApp as ServedApp
 from ._cli import served_app as served_app
+from ._cli_args import serve_keys as serve_keys
 from ._cli_args import serve_options as serve_options
 from ._errors import ApiError as ApiError
 from ._guard import Guard as Guard
@@ -25,6 +26,7 @@ from ._progress import EngineStartFailed as EngineStartFailed
 from ._progress import open_engines as open_engines
 from ._quiet import EngineLog as EngineLog
 from ._quiet import quiet_engine_logs as quiet_engine_logs
+from ._quota import Admission as Admission
 from ._quota import KeyQuota as KeyQuota
 from ._quota import Quotas as Quotas
 from ._quota import key_id as key_id
@@ -38,6 +40,7 @@ from ._state import ServerLimits as ServerLimits
 
 __all__ = [
     "USAGE_REPORT",
+    "Admission",
     "ApiError",
     "ChatCompletionRequest",
     "CliError",
@@ -59,6 +62,7 @@ __all__ = [
     "key_id",
     "open_engines",
     "quiet_engine_logs",
+    "serve_keys",
     "serve_options",
     "served_app",
     "sse_error_ending",

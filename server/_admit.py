@@ -2,7 +2,8 @@
 
 Three gates, in this order, each answered with ``Retry-After``: a request slot
 (``max_concurrent_requests``, and ``max_concurrent_collaborations`` for a
-collaboration: 429), the engines' waiting queues (``max_engine_waiting``: 503),
+collaboration, of which one key holds at most its share when the server has
+several keys: 429), the engines' waiting queues (``max_engine_waiting``: 503),
 and the API key's quota account at the plan's worst case (429). ``Admitted``
 gives everything back exactly once, whichever way the request ends, and settles
 the key's account with what the request really used.
@@ -47,6 +48,7 @@ class Admitted:
 
     _state: ServerState
     _collaboration: bool
+    _tenant: str
     admission: Admission | None = None
     meter: Meter | None = None
     report: Callable[[int], None] | None = None
@@ -76,7 +78,12 @@ class Admitted:
             self.admission.settle(meter.tokens if meter is not None else self.admission.promised)
         self._report(meter.tokens if meter is not None else 0)  # a failed JSON reply: 0 used
         self._state.requests -= 1
-        self._state.collaborations -= int(self._collaboration)
+        if self._collaboration:
+            self._state.collaborations -= 1
+            held = self._state.key_collaborations
+            held[self._tenant] -= 1
+            if not held[self._tenant]:
+                del held[self._tenant]
 
 
 def admit(
@@ -96,6 +103,19 @@ def admit(
         raise overloaded(state, "concurrent_requests")
     if collaboration and state.collaborations >= limits.max_concurrent_collaborations:
         raise overloaded(state, "concurrent_collaborations")
+    if collaboration and state.api_keys > 1:
+        share = limits.collaborations_per_key
+        held = state.key_collaborations.get(tenant, 0)
+        if held >= share:
+            state.metrics.inc("microagent_rejected_total", reason="key_collaborations")
+            raise ApiError(
+                429,
+                f"this API key runs {held} collaborations, its share of the server's "
+                f"{limits.max_concurrent_collaborations}; retry when one finishes",
+                code="collaboration_share_exceeded",
+                type="rate_limit_error",
+                headers={"retry-after": str(limits.retry_after)},
+            )
     if limits.max_engine_waiting is not None:
         for bridge in bridges:
             if bridge.stats().scheduler_waiting >= limits.max_engine_waiting:
@@ -108,5 +128,7 @@ def admit(
             state.metrics.inc("microagent_rejected_total", reason=exc.code or "quota")
             raise
     state.requests += 1
-    state.collaborations += int(collaboration)
-    return Admitted(state, collaboration, admission, Meter() if stream else None, report)
+    if collaboration:
+        state.collaborations += 1
+        state.key_collaborations[tenant] = state.key_collaborations.get(tenant, 0) + 1
+    return Admitted(state, collaboration, tenant, admission, Meter() if stream else None, report)

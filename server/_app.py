@@ -24,12 +24,14 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from ..collab import McpServer, Tool, mcp_tools
+from ..collab import McpServer, Tool
 from ..collab.trace import OtlpTracing
 from ..engine_bridge import EngineBridge, open_bridges, salt_for, set_cache_salt
 from ._admit import USAGE_REPORT, Admitted, admit
+from ._code_gate import CodeGate, server_code_policy
 from ._errors import ApiError, bad_request, error_responses
 from ._guard import Guard
+from ._mcp import McpSupervisor
 from ._metrics import ServerMetrics
 from ._openapi import openapi
 from ._plan import CollaborationPlan, Plan, plan_request
@@ -63,6 +65,7 @@ def create_app(
     engines: Mapping[str, EngineBridge],
     *,
     api_key: str | Sequence[str] | None = None,
+    admin_key: str | Sequence[str] | None = None,
     limits: ServerLimits | None = None,
     open_engines: bool = False,
     title: str = "microagent",
@@ -80,6 +83,8 @@ def create_app(
         api_key: when set (one key, or several), every route but ``/health`` and the
             browser view's files needs ``Authorization: Bearer <key>``; each key has its
             own quota account (``ServerLimits.key_quota``).
+        admin_key: the key(s) that read ``/metrics``; once any key (API or admin) is
+            set, an API key gets 403 there. With no key at all, every route is open.
         limits: request and overload limits.
         open_engines: open the bridges on startup and close them on shutdown
             (``microagent serve``); otherwise the caller owns their lifecycle.
@@ -87,7 +92,9 @@ def create_app(
         tools: the tools a collaboration may give its agents (``collaboration.tools``
             names them); nothing else can run here.
         mcp_servers: MCP servers (name -> command) started with the app; naming one in
-            ``collaboration.tools`` gives the agents all of its tools.
+            ``collaboration.tools`` gives the agents all of its tools. One that dies is
+            restarted with backoff (``McpSupervisor``); meanwhile ``/health`` answers 200
+            with ``status: degraded`` and names it in ``mcp_down``.
         drain: the graceful-shutdown state (``microagent serve`` drains it on SIGTERM:
             new requests get 503, those in flight get its grace period).
         sessions: how turns are retained for the next one (``prompt_cache_*``, tool
@@ -109,6 +116,8 @@ def create_app(
     state.sessions = Sessions(sessions or SessionSettings())
     keys = [api_key] if isinstance(api_key, str) else list(api_key or ())
     state.salted = len(keys) > 1 and not state.sessions.settings.shared_cache
+    state.api_keys = len(keys)  # several: each key holds at most its share of collaborations
+    state.sessions.per_key_share = len(keys) > 1  # one key's sessions never hold the budget
     state.drain.pending = lambda: state.requests
     if state.limits.key_quota.limited:
         state.quotas = Quotas(state.limits.key_quota, retry_after=state.limits.retry_after)
@@ -117,11 +126,13 @@ def create_app(
     if clash:
         raise ValueError(f"tool names used twice (--tool and --mcp): {clash}")
 
+    supervisor = McpSupervisor(servers, state.tools)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
-            for name, command in servers.items():
-                state.tools[name] = tuple(await stack.enter_async_context(mcp_tools(command)))
+            if servers:  # started now, restarted with backoff whenever one dies
+                await stack.enter_async_context(supervisor.supervising())
             if open_engines:
                 await stack.enter_async_context(open_bridges(state.engines.values()))
             try:
@@ -134,7 +145,12 @@ def create_app(
 
     app = FastAPI(title=title, version="0.1.0", lifespan=lifespan)
     app.state.microagent = state
-    app.add_middleware(Guard, api_keys=keys, max_body_bytes=state.limits.max_body_bytes)
+    admins = [admin_key] if isinstance(admin_key, str) else list(admin_key or ())
+    app.add_middleware(
+        Guard, api_keys=keys, admin_keys=admins, max_body_bytes=state.limits.max_body_bytes
+    )
+    # every request, its streamed body and its tasks run under the server's code policy
+    app.add_middleware(CodeGate, policy=server_code_policy(state.limits))
     add_ui(app)  # the browser view at /ui (static files; it uses the API like any client)
 
     @app.exception_handler(ApiError)
@@ -158,6 +174,12 @@ def create_app(
                 status_code=503,
                 headers={"retry-after": str(state.drain.retry_after)},
             )
+        if supervisor.down:  # still serving: only the tools of these servers fail
+            return {
+                "status": "degraded",
+                "models": list(state.engines),
+                "mcp_down": sorted(supervisor.down),
+            }
         return {"status": "ok", "models": list(state.engines)}
 
     @app.get("/v1/models")
@@ -185,7 +207,10 @@ def create_app(
     @app.post(
         "/v1/chat/completions",
         response_model=None,
-        responses={**completion_responses(), **error_responses(400, 401, 413, 429, 500, 503)},
+        responses={
+            **completion_responses(),
+            **error_responses(400, 401, 413, 422, 429, 500, 503, 504),
+        },
     )
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         """OpenAI chat completions; with ``agents``, a multi-agent collaboration."""
@@ -194,7 +219,10 @@ def create_app(
     @app.post(
         "/v1/responses",
         response_model=None,
-        responses={**response_responses(), **error_responses(400, 401, 413, 429, 500, 503)},
+        responses={
+            **response_responses(),
+            **error_responses(400, 401, 413, 422, 429, 500, 503, 504),
+        },
     )
     async def responses(body: ResponsesRequest, request: Request) -> Response:
         """OpenAI's Responses API over the same plans; ``agents`` and ``collaboration`` too."""

@@ -36,7 +36,7 @@ from ..engine_bridge import (
     VLLMBridge,
     resolve_model,
 )
-from ._cli_args import build_parser, engine_value
+from ._cli_args import build_parser, engine_value, serve_keys
 from ._live import LiveView as LiveView
 from ._live import summary_table as summary_table
 from ._progress import EngineStartFailed, open_engines, showing
@@ -164,7 +164,7 @@ def served_app(args: argparse.Namespace, *, open_engines: bool = False) -> Serve
     """The app ``microagent serve`` (parsed ``args``) serves; nothing starts yet.
 
     Raises:
-        CliUsageError: a bad ``--tool``, ``--mcp`` or ``--remote``.
+        CliUsageError: a bad ``--tool``, ``--mcp``, ``--remote`` or key file.
         CliError: a bad ``--engine-arg``, or two engines serving one name.
     """
     from ._app import create_app
@@ -180,6 +180,7 @@ def served_app(args: argparse.Namespace, *, open_engines: bool = False) -> Serve
             tools.append(builtin_calculator())
         mcp_servers = dict(mcp_server(spec) for spec in args.mcp)
         remotes = make_remotes(args)
+        api_keys, admin_keys = serve_keys(args)
     except ValueError as exc:
         raise CliUsageError(str(exc)) from None
     bridges = make_bridges(args)
@@ -196,6 +197,8 @@ def served_app(args: argparse.Namespace, *, open_engines: bool = False) -> Serve
         allow_code_validators=args.allow_code_validators,
         allow_calculator=args.calculator,
         max_collaboration_tokens=args.max_request_tokens,
+        request_timeout=args.request_timeout,
+        max_collaborations_per_key=args.key_max_collaborations,
         key_quota=KeyQuota(
             max_concurrent=args.key_max_concurrent,
             tokens_per_minute=args.key_tokens_per_minute,
@@ -204,7 +207,8 @@ def served_app(args: argparse.Namespace, *, open_engines: bool = False) -> Serve
     drain = Drain(grace=args.grace)
     app = create_app(
         {b.model: b for b in bridges},
-        api_key=args.api_key,
+        api_key=api_keys,
+        admin_key=admin_keys,
         limits=limits,
         open_engines=open_engines,
         tools=tools,
@@ -216,6 +220,7 @@ def served_app(args: argparse.Namespace, *, open_engines: bool = False) -> Serve
             tool_call_ttl=min(args.tool_call_ttl, args.session_ttl_max),
             max_per_key=args.max_sessions_per_key,
             shared_cache=args.shared_prefix_cache,
+            key_retention_share=args.key_retention_share,
         ),
         tracing=otlp_tracing(args.otlp_endpoint) if args.otlp_endpoint else None,
     )

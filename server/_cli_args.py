@@ -9,11 +9,60 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from ._remote import add_remote_options
+
+#: Environment variables that hold API keys (several: comma-separated), read by ``serve``
+#: besides ``--api-key``/``--api-key-file``: unlike an argument, they never show in ``ps``.
+API_KEY_ENV = "MICROAGENT_API_KEY"
+ADMIN_KEY_ENV = "MICROAGENT_ADMIN_KEY"
+
+
+def _key_file(path: str, option: str) -> list[str]:
+    """The keys of a key file: one a line; blank lines and ``#`` comments skipped."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{option} {path}: cannot read it ({exc})") from None
+    keys = [line.strip() for line in lines]
+    keys = [k for k in keys if k and not k.startswith("#")]
+    if not keys:  # an empty file would leave the server open: refuse it
+        raise ValueError(f"{option} {path}: the file holds no key")
+    return keys
+
+
+def _env_keys(environ: Mapping[str, str], name: str) -> list[str]:
+    return [k.strip() for k in environ.get(name, "").split(",") if k.strip()]
+
+
+def serve_keys(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> tuple[list[str], list[str]]:
+    """``serve``'s API keys and admin keys: the options', their files' and the environment's
+    (``API_KEY_ENV``, ``ADMIN_KEY_ENV``), each once, in that order.
+
+    Raises:
+        ValueError: a key file that cannot be read or holds no key, or a key that is both
+            an API key and an admin key.
+    """
+    env = os.environ if environ is None else environ
+    api = list(args.api_key)
+    admin = list(args.admin_key)
+    for path in args.api_key_file:
+        api += _key_file(path, "--api-key-file")
+    for path in args.admin_key_file:
+        admin += _key_file(path, "--admin-key-file")
+    api += _env_keys(env, API_KEY_ENV)
+    admin += _env_keys(env, ADMIN_KEY_ENV)
+    api, admin = list(dict.fromkeys(api)), list(dict.fromkeys(admin))
+    if set(api) & set(admin):
+        raise ValueError("a key is both an API key and an admin key: give each role its own")
+    return api, admin
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -38,6 +87,13 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _positive_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text}")
     return value
 
 
@@ -116,8 +172,32 @@ def _add_serve_options(serve: argparse.ArgumentParser) -> None:
         "--api-key",
         action="append",
         default=[],
-        help="require `Authorization: Bearer KEY` (all routes but /health); repeatable, "
-        "each key with its own quota",
+        help="require `Authorization: Bearer KEY` (all routes but /health and /metrics); "
+        "repeatable, each key with its own quota. A key given here shows in `ps`: prefer "
+        f"--api-key-file or ${API_KEY_ENV} (comma-separated keys)",
+    )
+    serve.add_argument(
+        "--api-key-file",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="read API keys from PATH: one key a line, blank lines and lines starting with "
+        "# ignored (repeatable; the keys add to --api-key's)",
+    )
+    serve.add_argument(
+        "--admin-key",
+        action="append",
+        default=[],
+        help="the key that reads /metrics (the API keys get 403 there once any key is set; "
+        f"with no key at all /metrics is open); repeatable; shows in `ps`: prefer "
+        f"--admin-key-file or ${ADMIN_KEY_ENV}",
+    )
+    serve.add_argument(
+        "--admin-key-file",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="read admin keys from PATH (the format of --api-key-file)",
     )
     serve.add_argument(
         "--key-max-concurrent",
@@ -136,14 +216,33 @@ def _add_serve_options(serve: argparse.ArgumentParser) -> None:
         "--max-request-tokens",
         type=_positive,
         default=None,
-        help="completion tokens one request (all its agents) may generate; a worse worst "
-        "case gets 400 (default: no limit)",
+        help="prompt + completion tokens one request may use, all its agents together; a "
+        "worse declared worst case gets 400 naming max_tokens, a running collaboration that "
+        "reaches it is stopped (default: 16 x the max_model_len of the request's model, "
+        "4096 for a model that states none, e.g. 65536 at --max-model-len 4096; lower when "
+        "--key-tokens-per-minute is lower)",
+    )
+    serve.add_argument(
+        "--request-timeout",
+        type=_positive_float,
+        default=300.0,
+        metavar="SECONDS",
+        help="wall-clock limit of one collaboration: a 504 when it runs longer; a request's "
+        "collaboration.timeout may ask for less, more is a 400 (default 300)",
     )
     serve.add_argument(
         "--max-concurrent-collaborations",
         type=_positive,
         default=64,
         help="collaborations at once before 429 (default 64)",
+    )
+    serve.add_argument(
+        "--key-max-collaborations",
+        type=_positive,
+        default=None,
+        help="with several API keys: collaborations one key may run at once before 429, so "
+        "no key holds every slot (default: half of --max-concurrent-collaborations, at "
+        "least 1)",
     )
     serve.add_argument(
         "--max-agents", type=_positive, default=128, help="agents per collaboration (default 128)"
@@ -221,6 +320,14 @@ def _add_serve_options(serve: argparse.ArgumentParser) -> None:
         help="with several --api-key: one prefix cache for all keys (faster for common "
         "prompts, but any key can tell from cached_tokens whether another key sent a "
         "text); by default each key's cache is salted apart",
+    )
+    sessions.add_argument(
+        "--key-retention-share",
+        type=_fraction,
+        default=0.5,
+        metavar="FRACTION",
+        help="with several API keys: the part of each engine's retention budget one key's "
+        "retained turns may hold together; past it the key's own oldest go (default 0.5)",
     )
     serve.add_argument(
         "--log-level",

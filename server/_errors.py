@@ -93,9 +93,15 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         400: "Bad input: the message names the field (``error.param``)",
         401: "Missing or wrong API key",
         413: "The body is larger than the server accepts",
+        422: "The request ran but its own setup left no answer (``code`` ``no_answer``: "
+        "a graph whose conditions pruned its output node; ``param`` names "
+        "``collaboration.output``)",
         429: "Too many requests or collaborations at once (see Retry-After)",
         500: "An internal error",
         503: "The engine is restarting or its queue is full (see Retry-After)",
+        504: "The collaboration ran past ``collaboration.timeout`` (the server's limit by "
+        "default; ``type`` ``timeout_error``, ``code`` ``collaboration_timeout``); "
+        "everything it started was cancelled",
     }
     return {
         status: {

@@ -272,7 +272,7 @@ def _mode_rules(name: str) -> dict[str, Any]:
 
 
 def openapi(app: FastAPI, state: ServerState) -> dict[str, Any]:
-    """FastAPI's document without its 422 responses, plus this server's own rules.
+    """FastAPI's document without its validation 422s, plus this server's own rules.
 
     Validation errors are answered 400. The served models, registered modes and
     adapters and the server's tools are listed as they are now: the document is
@@ -287,7 +287,9 @@ def openapi(app: FastAPI, state: ServerState) -> dict[str, Any]:
         schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
         for path in schema.get("paths", {}).values():
             for operation in path.values():
-                operation.get("responses", {}).pop("422", None)
+                responses = operation.get("responses", {})
+                if "HTTPValidationError" in str(responses.get("422")):  # FastAPI's, not ours
+                    responses.pop("422")
         components = schema.get("components", {}).get("schemas", {})
         components.pop("HTTPValidationError", None)
         components.pop("ValidationError", None)

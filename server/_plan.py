@@ -22,6 +22,7 @@ from ..collab import (
     PreparedCollaboration,
     Tool,
     agent_tool_plan,
+    code_policy,
     largest_turn,
     prepare_collaboration,
     unknown_agent_tool,
@@ -37,6 +38,7 @@ from ..engine_bridge import (
     UnknownAdapter,
     with_tool_instructions,
 )
+from ._code_gate import server_code_policy
 from ._errors import bad_request
 from ._messages import check_length, compose, context_limit, conversation
 from ._params import check_parameters, check_sampling, max_tokens_of, sampling_fields, stops_of
@@ -49,6 +51,10 @@ from ._tools import tool_plan
 
 DEFAULT_MAX_TOKENS = 512
 """Completion budget of a plain completion that gives no ``max_tokens``."""
+
+DEFAULT_CONTEXT = 4096
+"""The context the default per-request budget assumes for a model that states none (the
+ScriptedEngine, a remote model): ``serve --max-model-len``'s default."""
 
 
 @attrs.frozen(kw_only=True)
@@ -100,6 +106,8 @@ class CollaborationPlan:
         session: what the turn keeps for the session's next one (None with tools).
         question: the last user message's text (what ``compute`` reads for numbers).
         worst_tokens: prompt and completion tokens it may use at most.
+        token_budget: what it may use as it runs (prompt and completion tokens): the
+            server's per-request budget, or the key's tokens per minute when lower.
         stamp: the response's id, time and model.
         trace_headers: the caller's W3C ``traceparent``/``tracestate`` (its trace continues).
     """
@@ -117,6 +125,7 @@ class CollaborationPlan:
     session: SessionPlan | None
     question: str
     worst_tokens: int
+    token_budget: int
     stamp: Stamp
     trace_headers: Mapping[str, str] = attrs.field(factory=dict)
 
@@ -165,7 +174,7 @@ async def _plan_completion(
             else max(1, min(DEFAULT_MAX_TOKENS, limit - len(prompt)))
         )
     check_length(bridge, len(prompt), max_tokens)
-    check_budget(state, body.n * max_tokens, "max_tokens")
+    check_budget((len(prompt) + max_tokens) * body.n, request_budget(state, bridge), "max_tokens")
     try:
         sampling = Sampling(
             max_tokens=max_tokens,
@@ -237,15 +246,21 @@ async def _plan_collaboration(
     # tools: their description leads the agents' context, not the conversation's)
     session = None if tools else session_plan(state, tenant, bridge, composed, body, tools=False)
     per_agent = [s.max_tokens for s in specs if s.max_tokens is not None]
-    budget = max([int(options.get("max_tokens", 256)), *per_agent])
-    check_length(bridge, len(composed) + 16, budget)
-    worst = worst_case_tokens(prepared, tool_steps=DEFAULT_MAX_TOOL_STEPS if tools else 0)
-    if worst is not None:
-        check_budget(state, worst, "max_tokens", prepared)
-    agents_total = sum(s.count for s in prepared.agents)
-    promised = len(composed) * agents_total + (
-        worst if worst is not None else largest_turn(prepared) * agents_total
-    )
+    longest = max([int(options.get("max_tokens", 256)), *per_agent])
+    check_length(bridge, len(composed) + 16, longest)
+    _check_seed(prepared.config.seed, composed, bridges)
+    tool_steps = DEFAULT_MAX_TOOL_STEPS if tools else 0
+    completion = worst_case_tokens(prepared, tool_steps=tool_steps)
+    budget = request_budget(state, bridge)
+    worst: int | None = None
+    if completion is not None:  # every turn (and tool step) reads at least the context
+        turns = prepared.op.max_turns(prepared.config, prepared.agents) or 0
+        worst = turns * (1 + tool_steps) * len(composed) + completion
+        check_budget(worst, budget, "max_tokens", prepared)
+    tpm = state.limits.key_quota.tokens_per_minute if state.quotas is not None else None
+    running_budget = budget if tpm is None else min(budget, tpm)
+    # a mode with no bound may use what the meter lets it: its budget
+    promised = worst if worst is not None else running_budget
     engines = dict(state.engines)
     for b in state.engines.values():
         engines.setdefault(b.model, b)
@@ -264,6 +279,7 @@ async def _plan_collaboration(
         session=session,
         question=next((m["content"] for m in reversed(messages) if m["role"] == "user"), ""),
         worst_tokens=promised,
+        token_budget=running_budget,
         stamp=Stamp.new(bridge.model),
     )
 
@@ -316,33 +332,23 @@ def _prepare(
 ) -> PreparedCollaboration:
     """The mode, its config and the agents, validated (a 400 naming the field)."""
     limits = state.limits
-    validator = options.get("validator")
-    if (
-        isinstance(validator, dict)
-        and validator.get("type") == "python_tests"
-        and not limits.allow_code_validators
-    ):
-        raise bad_request(
-            "collaboration.validator.type: python_tests runs client code on the server and is "
-            "disabled; start the server with --allow-code-validators to accept it",
-            "collaboration.validator.type",
-        )
     mode = body.collaboration.mode if body.collaboration is not None else "vote"
-    if not limits.allow_calculator:
-        if mode == "compute":
-            raise bad_request(
-                "collaboration.mode: compute evaluates model-written arithmetic on the server "
-                "and is disabled; start the server with --calculator to accept it",
-                "collaboration.mode",
-            )
-        if mode == "auto" and options.get("calculator") is True:
-            raise bad_request(
-                "collaboration.calculator: the calculator evaluates model-written arithmetic "
-                "on the server and is disabled; start the server with --calculator to accept it",
-                "collaboration.calculator",
-            )
+    timeout = options.get("timeout")
+    if isinstance(timeout, int | float) and timeout > limits.request_timeout:
+        raise bad_request(
+            f"collaboration.timeout: at most {limits.request_timeout:g} seconds on this server, "
+            f"got {timeout:g}",
+            "collaboration.timeout",
+            "timeout_too_long",
+        )
+    if options.get("timeout") is None:  # every collaboration ends: the server's wall clock
+        options = {**options, "timeout": limits.request_timeout}
     try:
-        return prepare_collaboration(mode, specs, options, max_agents=limits.max_total_agents)
+        # collab's one gate refuses client code this server does not allow, wherever it is
+        with code_policy(server_code_policy(limits)):
+            prepared = prepare_collaboration(
+                mode, specs, options, max_agents=limits.max_total_agents
+            )
     except InvalidCollaboration as exc:
         field = (
             exc.field
@@ -350,6 +356,15 @@ def _prepare(
             else f"collaboration.{exc.field}"
         )
         raise bad_request(f"{field}: {exc.reason}", field) from None
+    # the agents a mode spawns itself (a graph's nodes) are held to this server's own cap
+    op = prepared.op
+    for spec in op.spawned_specs(prepared.config, prepared.agents):
+        if spec.count > limits.max_agents_per_spec:
+            field = f"{op.agents_field}.count"
+            raise bad_request(
+                f"{field} must be in 1..{limits.max_agents_per_spec}, got {spec.count}", field
+            )
+    return prepared
 
 
 def _server_tools(state: ServerState, body: ChatCompletionRequest) -> list[Tool]:
@@ -383,24 +398,52 @@ def _server_tools(state: ServerState, body: ChatCompletionRequest) -> list[Tool]
     return tools
 
 
+def request_budget(state: ServerState, bridge: EngineBridge) -> int:
+    """Prompt and completion tokens one request on ``bridge`` may use, all agents together:
+    ``--max-request-tokens``, else ``request_tokens_per_context`` (16) times the model's
+    ``max_model_len`` (``DEFAULT_CONTEXT`` for a model that states none)."""
+    limits = state.limits
+    if limits.max_collaboration_tokens is not None:
+        return limits.max_collaboration_tokens
+    return limits.request_tokens_per_context * (context_limit(bridge) or DEFAULT_CONTEXT)
+
+
 def check_budget(
-    state: ServerState, worst: int, param: str, prepared: PreparedCollaboration | None = None
+    worst: int, budget: int, param: str, prepared: PreparedCollaboration | None = None
 ) -> None:
-    """A 400 when a request's worst case is over the server's per-request token budget."""
-    budget = state.limits.max_collaboration_tokens
-    if budget is None or worst <= budget:
+    """A 400 naming ``param`` when a request's worst case is over its token ``budget``."""
+    if worst <= budget:
         return
     how = ""
     if prepared is not None:
         turns = prepared.op.max_turns(prepared.config, prepared.agents)
-        how = f" ({turns} turns of up to {largest_turn(prepared)} tokens, tool steps included)"
+        how = (
+            f": {turns} turns of up to {largest_turn(prepared)} completion tokens, "
+            "each reading the context, tool steps included"
+        )
     raise bad_request(
-        f"{param}: this request may generate up to {worst} completion tokens{how}, more than "
-        f"this server's budget of {budget} per request; lower max_tokens, the agents' count "
-        "or collaboration.rounds",
+        f"{param}: this request may use up to {worst} tokens (prompt and completion{how}), "
+        f"more than this server's budget of {budget} per request; lower max_tokens, the "
+        "agents' count or collaboration.rounds",
         param,
         "token_budget_exceeded",
     )
+
+
+def _check_seed(seed: int | None, composed: KVHandle, bridges: Sequence[EngineBridge]) -> None:
+    """A 400 naming ``seed`` where an agent's engine refuses seeded requests, as a plain
+    completion gets one (vLLM's CPU backend: ``VLLMBridge.cpu_seed``)."""
+    if seed is None:
+        return
+    for bridge in {id(b): b for b in bridges}.values():
+        probe = composed if composed.model == bridge.model else bridge.handle(composed.token_ids)
+        try:
+            bridge.check_request(probe, Sampling(max_tokens=1, seed=seed))
+        except RequestRefused as exc:
+            if exc.field == "seed":
+                raise bad_request(f"seed: {exc.reason}", "seed") from None
+        except (EngineUnavailable, ValueError):
+            continue  # other refusals are the run's to report, as without a seed
 
 
 def session_plan(

@@ -41,6 +41,15 @@ def add_remote_options(p: argparse.ArgumentParser) -> None:
         help="the model id remote NAME's endpoint serves (default: NAME)",
     )
     g.add_argument(
+        "--remote-cache-salt",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="remote NAME is a vLLM server: with several --api-key, send each key's cache "
+        "salt (cache_salt) so keys never share its prefix cache; without it a salted "
+        "request's cached_tokens from NAME is reported as 0 (repeatable)",
+    )
+    g.add_argument(
         "--remote-timeout",
         type=float,
         default=60.0,
@@ -77,7 +86,12 @@ def make_remotes(args: argparse.Namespace) -> list[RemoteBridge]:
     urls = _pairs(args.remote, "--remote")
     keys = _pairs(args.remote_key, "--remote-key")
     models = _pairs(args.remote_model, "--remote-model")
-    for option, named in (("--remote-key", keys), ("--remote-model", models)):
+    salted = set(getattr(args, "remote_cache_salt", ()))
+    for option, named in (
+        ("--remote-key", keys),
+        ("--remote-model", models),
+        ("--remote-cache-salt", dict.fromkeys(salted, "")),
+    ):
         unknown = sorted(set(named) - set(urls))
         if unknown:
             raise ValueError(f"{option} names no --remote: {unknown}")
@@ -94,6 +108,7 @@ def make_remotes(args: argparse.Namespace) -> list[RemoteBridge]:
             api_key_env=keys.get(name),
             timeout=args.remote_timeout,
             max_attempts=args.remote_attempts,
+            send_cache_salt=name in salted,
         )
         for name, url in urls.items()
     ]

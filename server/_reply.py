@@ -2,7 +2,9 @@
 and nothing forbids it, within the retry deadline) and render its JSON body.
 
 A client that leaves cancels the run (499, nothing rendered); the key's quota is
-settled with what the request used, not its worst case.
+settled with what the request used, not its worst case: a reply that finished with
+its usage, one cut short with what its meter counted as it ran (each prompt when
+submitted and each token generated; a collaboration's finished turns), as a stream.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..collab import Outcome
+from ..collab import CollaborationEvent, Outcome
 from ..engine_bridge import GenerationResult
-from ._admit import Admitted
+from ._admit import Admitted, Meter
 from ._plan import CollaborationPlan, CompletionPlan
 from ._render import choice, collaboration_response, usage
 from ._retry import ToolWatch, retry_after, run_retrying
@@ -43,11 +45,18 @@ async def complete(
     """
     bridge, body, session = plan.bridge, plan.body, plan.session
     hint = retry_after([bridge], state.limits.retry_after)
+    meter = _metered(admitted)
 
     async def attempt() -> list[GenerationResult]:
         try:
             return await generate_n(
-                bridge, plan.prompt, plan.sampling, body.n, session.priority, session.retain
+                bridge,
+                plan.prompt,
+                plan.sampling,
+                body.n,
+                session.priority,
+                session.retain,
+                used=meter.add,
             )
         except Exception as exc:
             raise engine_error(exc, hint) from None
@@ -97,6 +106,14 @@ async def reply_completion(
     )
 
 
+def _metered(admitted: Admitted) -> Meter:
+    """The meter of a JSON reply (a stream's is made when it is admitted): what the key is
+    charged if the request ends before its usage is known (its client left)."""
+    if admitted.meter is None:
+        admitted.meter = Meter()
+    return admitted.meter
+
+
 def used_tokens(results: list[GenerationResult]) -> tuple[int, int, int]:
     """Prompt, cached and completion tokens of ``results`` together."""
     return (
@@ -115,7 +132,14 @@ async def collaborate_once(
 ) -> Outcome | None:
     """Run a collaboration (again after an engine loss, unless it ran a tool: its effect
     happened); its outcome, or None when the client left."""
-    watch = ToolWatch()
+    meter = _metered(admitted)
+
+    def count(event: CollaborationEvent) -> None:
+        if event.type == "agent_finished":  # each engine request's usage, as it ends
+            used = [event.data.get("prompt_tokens"), event.data.get("completion_tokens")]
+            meter.add(sum(n for n in used if isinstance(n, int)))
+
+    watch = ToolWatch(forward=count)
     mode = plan.prepared.op.name
 
     def lost() -> None:

@@ -146,17 +146,27 @@ def completion_responses() -> dict[int | str, dict[str, Any]]:
 
 
 def health_responses() -> dict[int | str, dict[str, Any]]:
-    """``GET /health``: ok, or 503 while the server drains for a shutdown."""
+    """``GET /health``: ok; degraded (still 200) while an MCP server is down and being
+    restarted; 503 while the server drains for a shutdown."""
     body = {
         "type": "object",
         "properties": {
-            "status": {"type": "string", "enum": ["ok", "draining"]},
+            "status": {"type": "string", "enum": ["ok", "degraded", "draining"]},
             "models": {"type": "array", "items": {"type": "string"}},
+            "mcp_down": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "MCP servers down now (restarted with backoff; their tools "
+                "fail meanwhile)",
+            },
         },
         "required": ["status", "models"],
     }
     return {
-        200: {"description": "Serving", "content": {"application/json": {"schema": body}}},
+        200: {
+            "description": "Serving (degraded: an MCP server is down, the models serve)",
+            "content": {"application/json": {"schema": body}},
+        },
         503: {
             "description": "Shutting down: new requests get 503 (see Retry-After)",
             "content": {"application/json": {"schema": body}},

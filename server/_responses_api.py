@@ -43,16 +43,68 @@ REFUSED_RESPONSE_FIELDS: dict[str, str] = {
 #: ``include`` values that need nothing this server lacks (none do yet: each is refused).
 SUPPORTED_INCLUDES: frozenset[str] = frozenset()
 
+_TEXT = {"type": "string", "pattern": "\\S"}
+#: The document's form of the rule ``messages must contain some text`` (a 400 naming
+#: ``input``): non-blank ``instructions``, a non-blank ``input`` text, or an input item
+#: that is a function call, a call's output, or a message with non-blank text.
+SOME_TEXT: dict[str, Any] = {
+    "anyOf": [
+        {"required": ["instructions"], "properties": {"instructions": _TEXT}},
+        {"required": ["input"], "properties": {"input": _TEXT}},
+        {
+            "required": ["input"],
+            "properties": {
+                "input": {
+                    "type": "array",
+                    "contains": {
+                        "anyOf": [
+                            {
+                                "required": ["type"],
+                                "properties": {
+                                    "type": {"enum": ["function_call", "function_call_output"]}
+                                },
+                            },
+                            {
+                                "required": ["content"],
+                                "properties": {
+                                    "content": {
+                                        "anyOf": [
+                                            _TEXT,
+                                            {
+                                                "type": "array",
+                                                "contains": {
+                                                    "required": ["text"],
+                                                    "properties": {"text": _TEXT},
+                                                },
+                                            },
+                                        ]
+                                    }
+                                },
+                            },
+                        ]
+                    },
+                }
+            },
+        },
+    ]
+}
+
+
+def _some_text(schema: dict[str, Any]) -> None:
+    schema.update(SOME_TEXT)
+
 
 class ResponsesRequest(BaseModel):
     """The part of OpenAI's Responses request that ``responses.create`` and the Agents SDK use."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra=_some_text)
 
     model: str | None = None
     input: str | list[dict[str, Any]] = Field(
         description="A user message's text, or input items: messages (role and content), "
-        "function_call and function_call_output items."
+        "function_call and function_call_output items. Some text is needed: non-blank "
+        "instructions or input text, or an item that is a call, a call's output or a message "
+        "with non-blank text (else a 400 naming input)."
     )
     instructions: str | None = None
     tools: list[dict[str, Any]] | None = None
@@ -191,6 +243,8 @@ class ResponsesRequest(BaseModel):
                     f"{where}.type",
                 )
             sources.extend([where] * (len(out) - len(sources)))
+        if not out:  # what the chat request's messages would refuse, named as sent
+            raise bad_request("input must contain some text", "input")
         return out
 
     def error(self, exc: ApiError) -> ApiError:

@@ -218,7 +218,7 @@ def stream_completion_response(
     bridge, session = plan.bridge, plan.session
     meter = admitted.meter
     assert meter is not None  # a stream is admitted with one
-    buffer = EventBuffer(state.limits.max_sse_buffer)
+    buffer = EventBuffer(state.limits.max_sse_buffer, state.limits.max_sse_bytes)
     events = _Events(buffer)
     shape = ResponseShape(request, plan.stamp.model)
 
@@ -286,7 +286,13 @@ def stream_completion_response(
         events.put(f"response.{status}", response=shape.body(output, status=status, usage=used))
         buf.put(StreamItem(build=lambda _t: DONE))
 
-    return SSEResponse(produce, buffer, on_close=admitted.release, track=state.drain.track)
+    return SSEResponse(
+        produce,
+        buffer,
+        on_close=admitted.release,
+        track=state.drain.track,
+        send_timeout=state.limits.sse_send_timeout,
+    )
 
 
 def stream_collaboration_response(
@@ -296,7 +302,7 @@ def stream_collaboration_response(
     collaboration ends (its agents' progress is on the chat route's stream)."""
     meter = admitted.meter
     assert meter is not None
-    buffer = EventBuffer(state.limits.max_sse_buffer)
+    buffer = EventBuffer(state.limits.max_sse_buffer, state.limits.max_sse_bytes)
     events = _Events(buffer)
     shape = ResponseShape(request, plan.stamp.model)
 
@@ -330,4 +336,10 @@ def stream_collaboration_response(
         events.put("response.completed", response=final)
         buf.put(StreamItem(build=lambda _t: DONE))
 
-    return SSEResponse(produce, buffer, on_close=admitted.release, track=state.drain.track)
+    return SSEResponse(
+        produce,
+        buffer,
+        on_close=admitted.release,
+        track=state.drain.track,
+        send_timeout=state.limits.sse_send_timeout,
+    )

@@ -21,6 +21,7 @@ from ..collab import (
     CollaborationFailed,
     EventCallback,
     InvalidCollaboration,
+    NoAnswer,
     Outcome,
     TokenBudgetExceeded,
     collaborate,
@@ -35,6 +36,7 @@ from ..engine_bridge import (
     RequestRefused,
     Retain,
     Sampling,
+    TokenDelta,
     UnknownAdapter,
 )
 from ._errors import ApiError, bad_request
@@ -107,16 +109,29 @@ async def generate_n(
     n: int,
     priority: int = 0,
     retain: Retain | None = None,
+    used: Callable[[int], None] | None = None,
 ) -> list[GenerationResult]:
     """``n`` samples of ``prompt``; the first failure cancels the rest (only the first is
-    retained for a session: ``n`` forks of one prompt are not its next turn)."""
+    retained for a session: ``n`` forks of one prompt are not its next turn). ``used`` is
+    told the tokens as they are spent (each prompt when submitted, then each delta's), so a
+    request cut short is charged what it used."""
     results: list[GenerationResult | None] = [None] * n
     failures: list[BaseException] = []
 
+    def spent(delta: TokenDelta) -> None:
+        if used is not None:
+            used(len(delta.token_ids))
+
     async def one(i: int) -> None:
         try:
+            if used is not None:
+                used(len(prompt))  # submitted: the engine computes (or hits) the prompt
             results[i] = await bridge.generate(
-                prompt, sampling, priority=priority, retain=retain if i == 0 else None
+                prompt,
+                sampling,
+                priority=priority,
+                retain=retain if i == 0 else None,
+                on_delta=spent,
             )
         except Exception as exc:
             failures.append(exc)
@@ -199,14 +214,29 @@ async def _collaborate(
             on_event=on_event,
             tools=plan.tools,
             tool_choice=plan.tool_choice,
-            token_budget=state.limits.max_collaboration_tokens,
+            token_budget=plan.token_budget,
         )
+    except TimeoutError:  # collaboration.timeout (the server's request_timeout by default)
+        metrics.inc("microagent_collaborations_total", mode=mode, status="timeout")
+        raise ApiError(
+            504,
+            f"collaboration.timeout: the collaboration did not finish within "
+            f"{prepared.config.timeout or 0:g} seconds; everything it started was cancelled",
+            param="collaboration.timeout",
+            code="collaboration_timeout",
+            type="timeout_error",
+        ) from None
     except InvalidCollaboration as exc:
         metrics.inc("microagent_collaborations_total", mode=mode, status="invalid")
         raise bad_request(f"{exc.field}: {exc.reason}", exc.field) from None
     except TokenBudgetExceeded as exc:  # a mode with no bound, stopped before crossing it
         metrics.inc("microagent_collaborations_total", mode=mode, status="invalid")
         raise bad_request(exc.reason, "max_tokens", "token_budget_exceeded") from None
+    except NoAnswer as exc:  # the request's own graph left no answer: not a server error
+        metrics.inc("microagent_collaborations_total", mode=mode, status="no_answer")
+        raise ApiError(
+            422, f"{exc.field}: {exc.reason}", param=exc.field, code="no_answer"
+        ) from None
     except CollaborationFailed as exc:
         remote = remote_failure(exc)
         if remote is not None:

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from ..collab import agent_json_schema, graph_json_schema
+from ..collab import agent_json_schema, graph_json_schema, validator_json_schema
 from ..engine_bridge import TOOL_NAME_PATTERN
 from ._openapi import request_rules
 
@@ -68,6 +68,10 @@ def _graph_properties(schema: dict[str, Any]) -> None:
         props.setdefault(
             name, {**sub, "description": f"graph mode: {name} of the collaboration graph"}
         )
+    props.setdefault(
+        "validator",
+        {**validator_json_schema(), "description": "reflect, best_of, auto: the answer's check"},
+    )
     schema["description"] = (
         "How the agents collaborate; mode-specific options ride along as extra fields "
         "(vote: style, wave, answer_tokens, debias [off|order|labels], "
@@ -394,4 +398,11 @@ class ChatCompletionRequest(BaseModel):
             options.setdefault("max_tokens", limit)
         if self.temperature is not None:
             options.setdefault("temperature", self.temperature)
+        # the agents' turns honour these as a plain completion does (each agent its own seed)
+        if self.top_p is not None:
+            options.setdefault("top_p", self.top_p)
+        if self.seed is not None:
+            options.setdefault("seed", self.seed)
+        if self.stop is not None:
+            options.setdefault("stop", [self.stop] if isinstance(self.stop, str) else self.stop)
         return options

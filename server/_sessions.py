@@ -67,8 +67,14 @@ MIN_GAPS: Final = 8
 GAP_TTL_FACTOR: Final = 1.5
 #: ... and never shorter than this (seconds): a burst of quick turns teaches nothing.
 MIN_LEARNED_TTL: Final = 5.0
+#: With several API keys, the fraction of the retention budget one key may hold by default.
+DEFAULT_KEY_RETENTION_SHARE: Final = 0.5
 #: Generated texts remembered for splicing, per server.
 _SPLICES = 4096
+#: Gap series (one per label: each ``prompt_cache_key`` names one) remembered per API key;
+#: past it that key's least recently observed goes (a client inventing cache keys would
+#: otherwise grow the server without bound, and evicts only its own key's series).
+MAX_GAP_SERIES: Final = 1024
 
 
 def parse_ttl(value: str) -> float:
@@ -96,6 +102,9 @@ class SessionSettings:
         shared_cache: with several API keys, share one prefix cache between them
             (faster for common prompts; any key can then tell from ``cached_tokens``
             whether another key sent a text). Off: each key's cache is salted apart.
+        key_retention_share: with several API keys, the fraction of an engine's
+            retention budget one key's retained turns may hold together (``Retain.share``):
+            one key's warm sessions never hold the whole budget against the others.
     """
 
     default_ttl: float = 1800.0
@@ -103,6 +112,12 @@ class SessionSettings:
     tool_call_ttl: float = 120.0
     max_per_key: int = 256
     shared_cache: bool = False
+    key_retention_share: float = attrs.field(default=DEFAULT_KEY_RETENTION_SHARE)
+
+    @key_retention_share.validator
+    def _share(self, _: attrs.Attribute[float], value: float) -> None:
+        if not 0 < value <= 1:
+            raise ValueError(f"key_retention_share must be in (0, 1], got {value}")
 
 
 @attrs.frozen
@@ -119,7 +134,8 @@ class SessionPlan:
 @attrs.define(eq=False)
 class _Turn:
     key: str
-    model: str
+    #: the engine that retains it (its release goes there, whichever request ends it)
+    bridge: EngineBridge
     tokens: tuple[int, ...]
     finished: float
     priority: int
@@ -131,8 +147,12 @@ class Sessions:
     """Per-API-key retained turns, their gaps, and the generated ids to splice back."""
 
     settings: SessionSettings = attrs.field(factory=SessionSettings)
+    #: each API key's retained turns hold at most ``settings.key_retention_share`` of an
+    #: engine's retention budget (set by the app when it has several keys)
+    per_key_share: bool = False
     _turns: dict[str, OrderedDict[str, _Turn]] = attrs.field(factory=dict, init=False)
-    _gaps: dict[str, deque[float]] = attrs.field(factory=dict, init=False)
+    #: per API key: its gap series, least recently observed first (``MAX_GAP_SERIES``)
+    _gaps: dict[str, OrderedDict[str, deque[float]]] = attrs.field(factory=dict, init=False)
     _generated: OrderedDict[tuple[str, str, str], tuple[int, ...]] = attrs.field(
         factory=OrderedDict, init=False
     )
@@ -175,19 +195,21 @@ class Sessions:
             ttl=seconds,
             next_use=self.expected_gap(tenant, label),
             scope=f"http/{tenant}/{bridge.model}",
+            account=tenant if self.per_key_share else None,
+            share=self.settings.key_retention_share,
         )
         return SessionPlan(retain, priority, tools and not asked, label)
 
     def expected_gap(self, tenant: str, label: str) -> float | None:
         """The median gap observed between a turn and the next one (None: none seen yet)."""
-        gaps = self._gaps.get(f"{tenant}/{label}")
+        gaps = self._series(tenant, label)
         return median(gaps) if gaps else None
 
     def learned_ttl(self, tenant: str, kind: str) -> float | None:
         """``GAP_TTL_FACTOR`` times the 95th percentile of the gaps ``tenant``'s turns of
         ``kind`` (``"key"``: keyed sessions, ``"tools"``: tool calls) have shown, at least
         ``MIN_LEARNED_TTL``; None before ``MIN_GAPS`` gaps."""
-        gaps = self._gaps.get(f"{tenant}/kind:{kind}")
+        gaps = self._series(tenant, f"kind:{kind}")
         if gaps is None or len(gaps) < MIN_GAPS:
             return None
         ordered = sorted(gaps)
@@ -214,14 +236,18 @@ class Sessions:
             return
         turns = self._turns.setdefault(tenant, OrderedDict())
         turns[retain.key] = _Turn(
-            retain.key, bridge.model, handle.token_ids, time.monotonic(), plan.priority, plan.label
+            retain.key, bridge, handle.token_ids, time.monotonic(), plan.priority, plan.label
         )
-        stale = [k for k, t in turns.items() if handle.token_ids[: len(t.tokens)] == t.tokens]
+        stale = [
+            k
+            for k, t in turns.items()
+            if t.bridge is bridge and handle.token_ids[: len(t.tokens)] == t.tokens
+        ]
         for key in stale[:-1]:  # the engine superseded them (this turn covers theirs)
             del turns[key]
         while len(turns) > self.settings.max_per_key:
-            oldest, _ = turns.popitem(last=False)
-            await bridge.release(oldest)
+            _, oldest = turns.popitem(last=False)
+            await oldest.bridge.release(oldest.key)  # on its own engine, not this request's
 
     def remember_generated(
         self, tenant: str, model: str, text: str, output_ids: Sequence[int]
@@ -258,13 +284,29 @@ class Sessions:
         best: _Turn | None = None
         for turn in turns.values():
             n = len(turn.tokens) // block * block
-            extends = turn.model == model and n and len(ids) > n and ids[:n] == turn.tokens[:n]
+            same = turn.bridge.model == model
+            extends = same and n and len(ids) > n and ids[:n] == turn.tokens[:n]
             if extends and (best is None or len(turn.tokens) > len(best.tokens)):
                 best = turn
         return best
 
+    def _series(self, tenant: str, name: str) -> deque[float] | None:
+        mine = self._gaps.get(tenant)
+        return None if mine is None else mine.get(name)
+
     def _observe(self, tenant: str, label: str, gap: float) -> None:
         gap = max(0.0, gap)
-        self._gaps.setdefault(f"{tenant}/{label}", deque(maxlen=_GAPS)).append(gap)
         kind = "key" if label.startswith("key:") else label
-        self._gaps.setdefault(f"{tenant}/kind:{kind}", deque(maxlen=_KIND_GAPS)).append(gap)
+        mine = self._gaps.setdefault(tenant, OrderedDict())
+        for name, size in ((label, _GAPS), (f"kind:{kind}", _KIND_GAPS)):
+            series = mine.get(name)
+            if series is None:
+                series = mine[name] = deque(maxlen=size)
+            mine.move_to_end(name)
+            series.append(gap)
+        while len(mine) > MAX_GAP_SERIES:  # the least recently observed goes
+            mine.popitem(last=False)
+
+    def gap_series(self, tenant: str) -> int:
+        """Gap series remembered for ``tenant`` (at most ``MAX_GAP_SERIES``)."""
+        return len(self._gaps.get(tenant, ()))

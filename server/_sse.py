@@ -4,10 +4,15 @@ Producers (a collaboration's ``on_event``, a plain completion's token loop)
 ``put`` into an ``EventBuffer`` without ever waiting. A token delta merges into
 the same owner's pending delta when there is one; when the buffer is full, a
 delta that cannot merge is dropped and counted (the final chunk reports the
-count). Everything else — agent start/finish, votes, the answer — is always
-kept. ``SSEResponse`` sends the buffer to the client and, when the client
-disconnects, cancels the producer: that cancels the collaboration, and with it
-every engine request it started.
+count). Everything else — agent start/finish, votes, the answer — is kept, up to
+the buffer's bound in bytes (``max_bytes``: pending text plus ``SSE_ITEM_BYTES``
+per event): past it the client is not reading, so the buffer drops what waits,
+queues the stream's last words (an ``error`` event, ``stream_backlog_exceeded``)
+and cancels the producer. Memory per stream stays under the bound whatever the
+client does. ``SSEResponse`` sends the buffer to the client and, when the client
+disconnects, its backlog overflows, or one write waits longer than
+``send_timeout`` (a client that reads nothing), cancels the producer: that
+cancels the collaboration, and with it every engine request it started.
 
 A stream is never cut without a last word: a producer that fails, or one the
 server cancels while it shuts down (``track``), ends with an ``error`` event and
@@ -34,6 +39,13 @@ log = logging.getLogger(__name__)
 
 DONE = "[DONE]"
 
+#: What one pending event counts toward a buffer's bound besides its text (its JSON frame).
+SSE_ITEM_BYTES = 256
+#: A stream's default bound on what waits unsent (``ServerLimits.max_sse_bytes``).
+DEFAULT_MAX_BYTES = 1 << 20
+#: Seconds one write may wait for the client by default (``ServerLimits.sse_send_timeout``).
+DEFAULT_SEND_TIMEOUT = 30.0
+
 Payload = dict[str, Any] | str
 
 
@@ -57,14 +69,29 @@ class StreamItem:
 
 
 class EventBuffer:
-    """A bounded, never-blocking buffer between producers and one slow consumer."""
+    """A bounded, never-blocking buffer between producers and one slow consumer.
 
-    def __init__(self, capacity: int) -> None:
+    Args:
+        capacity: pending events past which droppable deltas are dropped.
+        max_bytes: what may wait unsent (text plus ``SSE_ITEM_BYTES`` per event); an
+            event past it overflows the buffer (see ``overflow``).
+    """
+
+    def __init__(self, capacity: int, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         if capacity < 1:
             raise ValueError("capacity must be >= 1")
+        if max_bytes < 4 * SSE_ITEM_BYTES:
+            raise ValueError(f"max_bytes must be >= {4 * SSE_ITEM_BYTES}")
         self.capacity = capacity
+        self.max_bytes = max_bytes
         self.dropped = 0
         self.merged = 0
+        #: what waits unsent now, and the most that ever did (never above ``max_bytes``)
+        self.pending_bytes = 0
+        self.peak_bytes = 0
+        self.overflowed = False
+        #: called once when the buffer overflows (``SSEResponse`` cancels the producer)
+        self.on_overflow: Callable[[], None] | None = None
         self._items: deque[StreamItem] = deque()
         self._closed = False
         self._waiter: anyio.Event | None = None
@@ -73,22 +100,64 @@ class EventBuffer:
         return len(self._items)
 
     def put(self, item: StreamItem) -> None:
-        """Queue ``item`` now: merge it, keep it, or (a droppable delta, buffer full) drop it."""
+        """Queue ``item`` now: merge it, keep it, or (a droppable delta, buffer full) drop
+        it; an event that would take the backlog past ``max_bytes`` overflows the buffer."""
         if self._closed:
             return
+        size = len(item.text)
         if item.mergeable and item.owner is not None:
             for pending in reversed(self._items):
                 if pending.owner == item.owner:
                     if pending.mergeable:
-                        pending.text += item.text
-                        self.merged += 1
+                        if self._fits(size, item):
+                            pending.text += item.text
+                            self.merged += 1
+                            self._count(size)
                         return
                     break
         if item.droppable and len(self._items) >= self.capacity:
             self.dropped += 1
             return
-        self._items.append(item)
+        if self._fits(size + SSE_ITEM_BYTES, item):
+            self._items.append(item)
+            self._count(size + SSE_ITEM_BYTES)
+            self._wake()
+
+    def _fits(self, size: int, item: StreamItem) -> bool:
+        """Whether ``size`` more bytes fit; if not, a droppable item is dropped and anything
+        else overflows the buffer."""
+        if self.pending_bytes + size <= self.max_bytes:
+            return True
+        if item.droppable:
+            self.dropped += 1
+        else:
+            self.overflow()
+        return False
+
+    def _count(self, size: int) -> None:
+        self.pending_bytes += size
+        self.peak_bytes = max(self.peak_bytes, self.pending_bytes)
+
+    def overflow(self) -> None:
+        """The client is not reading: drop what waits, queue the stream's last words (an
+        ``error`` event and ``[DONE]``), take nothing more and tell ``on_overflow``."""
+        if self.overflowed or self._closed:
+            return
+        self.overflowed = True
+        self._items.clear()
+        self.pending_bytes = 0
+        error = ApiError(
+            429,
+            f"the client read too slowly: more than {self.max_bytes} bytes of this stream "
+            "waited unsent, so it ends here and its work was cancelled",
+            code="stream_backlog_exceeded",
+            type="rate_limit_error",
+        )
+        _last_word(self, error)
+        self._closed = True
         self._wake()
+        if self.on_overflow is not None:
+            self.on_overflow()
 
     def close(self) -> None:
         """No more items; the consumer drains what is queued and stops."""
@@ -102,7 +171,9 @@ class EventBuffer:
                 return None
             self._waiter = anyio.Event()
             await self._waiter.wait()
-        return self._items.popleft()
+        item = self._items.popleft()
+        self.pending_bytes = max(0, self.pending_bytes - len(item.text) - SSE_ITEM_BYTES)
+        return item
 
     def _wake(self) -> None:
         waiter, self._waiter = self._waiter, None
@@ -132,6 +203,9 @@ class SSEResponse(Response):
     the client left before the stream ended, ``on_close`` always, at the end.
     ``track`` runs ``produce`` inside a cancel scope someone else may cancel (a
     graceful shutdown): then the stream ends with an ``error`` event and ``[DONE]``.
+    A buffer that overflows cancels ``produce`` (its last words are queued); a write
+    that waits ``send_timeout`` seconds for the client ends the stream there, the
+    client treated as gone.
     """
 
     media_type = "text/event-stream"
@@ -144,6 +218,7 @@ class SSEResponse(Response):
         on_disconnect: Callable[[], None] | None = None,
         on_close: Callable[[], None] | None = None,
         track: Callable[[], AbstractContextManager[anyio.CancelScope]] | None = None,
+        send_timeout: float = DEFAULT_SEND_TIMEOUT,
     ) -> None:
         # no super().__init__: it would add ``content-length: 0`` to a streamed body
         self.status_code = 200
@@ -159,6 +234,7 @@ class SSEResponse(Response):
         self._on_disconnect = on_disconnect
         self._on_close = on_close
         self._track = track or _untracked
+        self._send_timeout = send_timeout
         self.disconnected = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -174,6 +250,8 @@ class SSEResponse(Response):
             {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
         )
         async with anyio.create_task_group() as tg:
+            producer = anyio.CancelScope()
+            buffer.on_overflow = producer.cancel
 
             async def watch() -> None:
                 while True:
@@ -185,10 +263,11 @@ class SSEResponse(Response):
 
             async def produce() -> None:
                 try:
-                    with self._track() as scope:
-                        await self._produce(buffer)
-                    if scope.cancelled_caught:  # the server is shutting down
-                        _last_word(buffer, _SHUTDOWN)
+                    with producer:  # cancelled when the buffer overflows
+                        with self._track() as scope:
+                            await self._produce(buffer)
+                        if scope.cancelled_caught:  # the server is shutting down
+                            _last_word(buffer, _SHUTDOWN)
                 except Exception as exc:  # a producer's bug must not cut the stream either
                     log.exception("stream producer failed")
                     error = ApiError(500, f"internal error: {type(exc).__name__}: {exc}")
@@ -199,13 +278,30 @@ class SSEResponse(Response):
             tg.start_soon(watch)
             tg.start_soon(produce)
             try:
-                while (item := await buffer.get()) is not None:
-                    body = encode(item.build(item.text))
-                    await send({"type": "http.response.body", "body": body, "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                if not await self._send_all(buffer, send):
+                    log.warning(
+                        "a stream's client read nothing for %g s: the stream ends, its work "
+                        "is cancelled",
+                        self._send_timeout,
+                    )
+                    self._client_left()
             except OSError:  # the transport is gone (uvicorn's ClientDisconnected is one)
                 self._client_left()
             tg.cancel_scope.cancel()
+
+    async def _send_all(self, buffer: EventBuffer, send: Send) -> bool:
+        """Send every item, then the body's end; False when a write waited too long."""
+        while (item := await buffer.get()) is not None:
+            if not await self._send(send, encode(item.build(item.text)), more=True):
+                return False
+        return await self._send(send, b"", more=False)
+
+    async def _send(self, send: Send, body: bytes, *, more: bool) -> bool:
+        """One write, given at most ``send_timeout`` seconds (False: the client stalled)."""
+        with anyio.move_on_after(self._send_timeout):
+            await send({"type": "http.response.body", "body": body, "more_body": more})
+            return True
+        return False
 
     def _client_left(self) -> None:
         if not self.disconnected:

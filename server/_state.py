@@ -17,6 +17,7 @@ from ._metrics import ServerMetrics
 from ._quota import KeyQuota, Quotas, key_id
 from ._sessions import Sessions
 from ._shutdown import Drain
+from ._sse import DEFAULT_MAX_BYTES, DEFAULT_SEND_TIMEOUT
 
 
 @attrs.frozen(kw_only=True)
@@ -41,9 +42,24 @@ class ServerLimits:
         allow_calculator: accept the ``compute`` mode and ``auto``'s ``calculator``,
             which evaluate model-written arithmetic in the sandbox (``serve --calculator``,
             which also offers the ``calculator`` tool).
-        max_collaboration_tokens: completion tokens one request may generate, all
-            agents together; a request whose worst case is over it gets 400, and a mode
-            with no known bound is stopped before a turn that could cross it.
+        max_collaboration_tokens: tokens (prompt and completion, all agents together)
+            one request may use; None: ``request_tokens_per_context`` times the
+            ``max_model_len`` of the request's model (``request_budget``). A request whose
+            worst case is over it gets 400, and a running collaboration is stopped before
+            a turn that could cross it (or the key's tokens per minute, when lower).
+        request_tokens_per_context: the default budget's multiple of the model's context:
+            16, the most samples (``n``) of one plain completion, so no plain completion
+            that fits the context is refused by it.
+        request_timeout: seconds a collaboration may run (its ``collaboration.timeout``
+            when it names a shorter one; a longer one is a 400); past it, a 504.
+        max_collaborations_per_key: collaborations one API key may run at once when the
+            server has several keys (then 429); None: half of
+            ``max_concurrent_collaborations`` (at least 1), so no key holds every slot.
+        max_sse_bytes: what one stream may hold unsent (its text plus
+            ``SSE_ITEM_BYTES`` per event); past it the client is not reading: its
+            stream ends and its work is cancelled.
+        sse_send_timeout: seconds one write to a stream's client may wait (a client
+            that reads nothing for this long is disconnected).
         key_quota: per-API-key limits (requests in flight, tokens per minute; 429 with
             ``Retry-After``); every client together is one account without a key.
     """
@@ -61,7 +77,19 @@ class ServerLimits:
     allow_code_validators: bool = False
     allow_calculator: bool = False
     max_collaboration_tokens: int | None = None
+    request_tokens_per_context: int = 16
+    request_timeout: float = 300.0
+    max_collaborations_per_key: int | None = None
+    max_sse_bytes: int = DEFAULT_MAX_BYTES
+    sse_send_timeout: float = DEFAULT_SEND_TIMEOUT
     key_quota: KeyQuota = attrs.field(factory=KeyQuota)
+
+    @property
+    def collaborations_per_key(self) -> int:
+        """What one key may run at once on a server with several keys (its fair share)."""
+        if self.max_collaborations_per_key is not None:
+            return self.max_collaborations_per_key
+        return max(1, self.max_concurrent_collaborations // 2)
 
 
 @attrs.define
@@ -85,6 +113,10 @@ class ServerState:
     tracing: OtlpTracing | None = None
     #: what the cached OpenAPI document lists (models, adapters, modes, tools)
     openapi_for: tuple[tuple[str, ...], ...] = ()
+    #: API keys the server accepts (several: each key gets a fair share of collaborations)
+    api_keys: int = 0
+    #: collaborations running per API key id
+    key_collaborations: dict[str, int] = attrs.Factory(dict)
 
 
 def engine_for(state: ServerState, name: str | None, param: str = "model") -> EngineBridge:

@@ -17,6 +17,7 @@ from ..collab import (
     Tool,
     ToolServerError,
     calculator_tool,
+    check_schema_depth,
     sandbox_unavailable,
 )
 from ..engine_bridge import (
@@ -114,9 +115,14 @@ def _choice(
 
 
 def check_json_schema(schema: object, param: str) -> None:
-    """A 400 naming ``param`` unless ``schema`` is a JSON Schema the engine can apply."""
+    """A 400 naming ``param`` unless ``schema`` is a JSON Schema the engine can apply
+    (nested at most ``MAX_SCHEMA_DEPTH`` levels, valid, without ``$ref``)."""
     if not isinstance(schema, Mapping):
         raise bad_request(f"{param} must be a JSON Schema object", param)
+    try:  # before anything walks it recursively (jsonschema, the engine's grammar)
+        check_schema_depth(schema, param)
+    except InvalidCollaboration as exc:
+        raise bad_request(f"{param}: {exc.reason}", param) from None
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 

@@ -18,6 +18,8 @@ import httpx
 from microagent.cluster import ClusterSettings, build_app
 
 KEYS = ("alpha-key", "beta-key")
+#: The key that reads /metrics (an API key gets 403 there).
+ADMIN_KEY = "ops-key"
 
 
 def free_port() -> int:
@@ -40,7 +42,7 @@ class Cluster:
     def replica_metric(self, replica: str, name: str) -> float:
         r = self.client.get(
             "/metrics",
-            headers={"authorization": f"Bearer {KEYS[0]}", "x-microagent-replica": replica},
+            headers={"authorization": f"Bearer {ADMIN_KEY}", "x-microagent-replica": replica},
         )
         assert r.status_code == 200 and r.headers["x-microagent-replica"] == replica
         for line in r.text.splitlines():

@@ -1,7 +1,12 @@
-"""A real stdio MCP server for the tests (the official SDK's MCPServer): add, fail (, slow)."""
+"""A real stdio MCP server for the tests (the official SDK's MCPServer): add, fail (, slow).
+
+With ``MCP_PID_FILE`` in its environment it writes its process id there first (a test
+that kills it finds it so).
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import anyio
@@ -31,6 +36,9 @@ async def slow(marker: str) -> str:
 
 
 if __name__ == "__main__":
+    if os.environ.get("MCP_PID_FILE"):
+        with open(os.environ["MCP_PID_FILE"], "w") as f:
+            f.write(str(os.getpid()))
     if len(sys.argv) > 1:  # a marker file to write: offer the tool that never returns
         server.tool()(slow)
     server.run()

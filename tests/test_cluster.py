@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from _cluster import KEYS, Cluster, local_cluster
+from _cluster import ADMIN_KEY, KEYS, Cluster, local_cluster
 from microagent.cluster import (
     Autoscaling,
     ClusterConfigError,
@@ -145,7 +145,7 @@ def cluster() -> Iterator[Cluster]:
         serve_args=(
             "--engine", "scripted",
             "--engine-arg", "decode_time_per_token=0.05",
-            "--api-key", KEYS[0], "--api-key", KEYS[1],
+            "--api-key", KEYS[0], "--api-key", KEYS[1], "--admin-key", ADMIN_KEY,
             "--key-tokens-per-minute", str(TOKENS_PER_MINUTE),
         ),
         replicas=2, replica_cpus=0.5, ingress_cpus=0.25, retry_deadline=60.0,

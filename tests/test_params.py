@@ -3,7 +3,9 @@
 The list of parameters is read from the installed SDK, so a parameter that a
 new SDK adds fails this test until the server decides what to do with it.
 Honoured parameters are checked for their effect (on the response, or on the
-request the ScriptedEngine received); refused ones get a 400 naming them.
+request the ScriptedEngine received): none only for a 200. Identification
+parameters are honoured by changing nothing, which is checked too: the engine
+receives exactly what it receives without them. Refused ones get a 400 naming them.
 """
 
 from __future__ import annotations
@@ -60,8 +62,48 @@ def _logprobs(top: int) -> Check:
     return check
 
 
-def _ok(_: dict[str, Any], __: ScriptedEngine) -> None:
-    return None
+def _prompt_holds(text: str) -> Check:
+    def check(_: dict[str, Any], engine: ScriptedEngine) -> None:
+        assert text in engine.detokenize(engine.history[-1].prompt.token_ids)
+
+    return check
+
+
+def _tool_offered(body: dict[str, Any], engine: ScriptedEngine) -> None:
+    """The tool is described in the prompt and the reply may call it (a tagged constraint)."""
+    _prompt_holds('"name": "lookup"')(body, engine)
+    assert engine.history[-1].sampling.tagged is not None
+
+
+def _call_required(_: dict[str, Any], engine: ScriptedEngine) -> None:
+    """The whole reply is constrained to a call (a JSON schema naming the function)."""
+    schema = engine.history[-1].sampling.json_schema
+    assert schema is not None and "lookup" in schema
+
+
+def _one_call(_: dict[str, Any], engine: ScriptedEngine) -> None:
+    """``parallel_tool_calls: false``: generation stops at the end of the first call."""
+    assert engine.history[-1].sampling.stop[-1:] == ("</tool_call>",)
+
+
+def _completion_object(body: dict[str, Any], _: ScriptedEngine) -> None:
+    assert body["object"] == "chat.completion" and body["choices"][0]["message"]["content"]
+
+
+def _streamed(body: dict[str, Any], _: ScriptedEngine) -> None:
+    chunks = body["chunks"]
+    assert chunks[-1] == "[DONE]"
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks[:-1])
+
+
+def _usage_chunk(body: dict[str, Any], _: ScriptedEngine) -> None:
+    last = body["chunks"][-2]
+    assert last["choices"] == [] and last["usage"]["total_tokens"] > 0
+
+
+def _unchanged(_: dict[str, Any], __: ScriptedEngine) -> None:
+    """Marker: the engine must receive what it receives without the parameter."""
+    raise AssertionError("compared in the test itself")
 
 
 def _json_valid(body: dict[str, Any], _: ScriptedEngine) -> None:
@@ -78,9 +120,19 @@ def _retained_for(seconds: float) -> Check:
     return check
 
 
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look a word up.",
+            "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
+        },
+    }
+]
 #: parameter -> (a value to send, how its effect is checked); refused ones are in REFUSED
 HONOURED: dict[str, tuple[Any, Check]] = {
-    "messages": (USER, _ok),
+    "messages": (USER, _prompt_holds("Say something.")),
     "model": ("scripted", lambda body, _: None if body["model"] == "scripted" else 1 / 0),
     "frequency_penalty": (0.5, _sampling("frequency_penalty", 0.5)),
     "presence_penalty": (-0.5, _sampling("presence_penalty", -0.5)),
@@ -95,22 +147,29 @@ HONOURED: dict[str, tuple[Any, Check]] = {
     ),
     "seed": (7, _sampling("seed", 7)),
     "stop": (["."], _sampling("stop", (".",))),
-    "stream": (False, _ok),
-    "stream_options": (None, _ok),  # checked in test_server_sse with stream=True
+    "stream": (True, _streamed),
+    "stream_options": ({"include_usage": True}, _usage_chunk),
     "temperature": (0.3, _sampling("temperature", 0.3)),
     "top_p": (0.9, _sampling("top_p", 0.9)),
-    "tools": (None, _ok),  # test_tools.py
-    "tool_choice": (None, _ok),
-    "parallel_tool_calls": (None, _ok),
-    # identification: accepted, changes nothing in the output
-    "user": ("user-1", _ok),
-    "metadata": ({"team": "a"}, _ok),
-    "safety_identifier": ("hash-1", _ok),
+    "tools": (TOOLS, _tool_offered),  # test_tools.py goes on
+    "tool_choice": ("required", _call_required),
+    "parallel_tool_calls": (False, _one_call),
+    # identification: accepted, changes nothing the engine receives
+    "user": ("user-1", _unchanged),
+    "metadata": ({"team": "a"}, _unchanged),
+    "safety_identifier": ("hash-1", _unchanged),
     "prompt_cache_key": ("key-1", _retained_for(1800.0)),
     "prompt_cache_options": ({"ttl": "90s"}, _retained_for(90.0)),
     "prompt_cache_retention": ("24h", _retained_for(86400.0)),
-    "store": (False, _ok),
-    "service_tier": ("auto", _ok),
+    "store": (False, _unchanged),
+    "service_tier": ("auto", _unchanged),
+}
+#: what a parameter needs beside it to take effect
+EXTRA: dict[str, dict[str, Any]] = {
+    "top_logprobs": {"logprobs": True},
+    "tool_choice": {"tools": TOOLS},
+    "parallel_tool_calls": {"tools": TOOLS},
+    "stream_options": {"stream": True},
 }
 #: the SDK's transport options, not request parameters
 TRANSPORT = {"extra_headers", "extra_query", "extra_body", "timeout"}
@@ -134,16 +193,35 @@ def test_every_sdk_parameter_is_classified() -> None:
     assert not unclassified, f"decide what the server does with {sorted(unclassified)}"
 
 
+def received(engine: ScriptedEngine) -> tuple[tuple[int, ...], Any]:
+    """The prompt and sampling of the engine's latest request."""
+    last = engine.history[-1]
+    return last.prompt.token_ids, last.sampling
+
+
 @pytest.mark.parametrize("name", sorted(HONOURED))
 def test_honoured_parameter_takes_effect(server: LiveServer, name: str) -> None:
     value, check = HONOURED[name]
+    engine: ScriptedEngine = server.engines["scripted"]  # type: ignore[assignment]
     body: dict[str, Any] = {"model": "scripted", "messages": USER, "max_tokens": 64}
-    if name == "top_logprobs":
-        body["logprobs"] = True
+    body.update(EXTRA.get(name, {}))
+    if check is _unchanged:  # what the engine receives without it
+        assert post(server, body).status_code == 200
+        without = received(engine)
     body[name] = value
+    if body.get("stream"):
+        with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200
+            lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+        chunks = [line if line == "[DONE]" else json.loads(line) for line in lines]
+        check({"chunks": chunks}, engine)
+        return
     r = post(server, body)
     assert r.status_code == 200, r.text
-    check(r.json(), server.engines["scripted"])  # type: ignore[arg-type]
+    if check is _unchanged:
+        assert received(engine) == without
+        return
+    check(r.json(), engine)
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))

@@ -100,23 +100,38 @@ def test_key_ids_are_digests_never_the_key() -> None:
         ("aggregate", None, {}, 4, 10),
         ("best_of", [{"name": "c", "count": 4}], {}, 8, 16),
         ("vote", [{"name": "v", "count": 2, "max_tokens": 40}], {}, 4, 40),
-        ("graph", None, {"nodes": [{"name": "a"}], "entry": "a", "output": "a"}, None, 10),
+        ("graph", None, {"nodes": [{"name": "a"}], "entry": "a", "output": "a"}, 1, 10),
+        # a loop re-runs a (2 instances and their warm-up) and b up to 1 + 3 times each;
+        # b's own max_tokens is the largest turn
+        (
+            "graph",
+            None,
+            {
+                "nodes": [{"name": "a", "count": 2}, {"name": "b", "max_tokens": 40}],
+                "edges": [
+                    {"from": "a", "to": "b"},
+                    {"from": "b", "to": "a", "max_iterations": 3},
+                ],
+                "output": "b",
+            },
+            4 * (2 + 1) + 4 * 1,
+            40,
+        ),
     ],
 )
 def test_each_mode_bounds_its_turns(
     mode: str,
     agents: list[dict[str, Any]] | None,
     options: dict[str, Any],
-    turns: int | None,
+    turns: int,
     largest: int,
 ) -> None:
+    """Every built-in mode has a bound (graph's comes from its graph): none is None."""
     prepared = prepare_collaboration(mode, agents, {"max_tokens": 10, **options})
     assert prepared.op.max_turns(prepared.config, prepared.agents) == turns
     assert largest_turn(prepared) == largest
-    worst = worst_case_tokens(prepared)
-    assert worst == (None if turns is None else turns * largest)
-    if turns is not None:
-        assert worst_case_tokens(prepared, tool_steps=2) == 3 * turns * largest
+    assert worst_case_tokens(prepared) == turns * largest
+    assert worst_case_tokens(prepared, tool_steps=2) == 3 * turns * largest
 
 
 # -- over HTTP -----------------------------------------------------------------------------
@@ -136,7 +151,7 @@ def _post(srv: LiveServer, body: dict[str, Any], key: str) -> httpx.Response:
 def test_a_key_at_its_concurrency_limit_gets_429_while_another_key_is_served() -> None:
     limits = ServerLimits(key_quota=KeyQuota(max_concurrent=1))
     slow = scripted(decode_time_per_token=0.05)
-    with live_server(slow, api_key=list(KEYS), limits=limits) as srv:
+    with live_server(slow, api_key=list(KEYS), admin_key="ops-s3cret", limits=limits) as srv:
 
         async def scenario() -> None:
             headers = {"authorization": f"Bearer {KEYS[0]}"}
@@ -168,7 +183,7 @@ def test_a_key_at_its_concurrency_limit_gets_429_while_another_key_is_served() -
             assert r.status_code == 200
 
         anyio.run(scenario)
-        metrics = httpx.get(f"{srv.url}/metrics", headers={"authorization": f"Bearer {KEYS[1]}"})
+        metrics = httpx.get(f"{srv.url}/metrics", headers=srv.admin_headers)
         assert 'microagent_rejected_total{reason="concurrency_limit_exceeded"} 1' in metrics.text
         assert not any(k in metrics.text for k in KEYS)
 
@@ -213,7 +228,7 @@ def test_a_collaboration_whose_worst_case_is_over_the_budget_gets_400_before_it_
         assert r.status_code == 400, r.text
         error = r.json()["error"]
         assert error["param"] == "max_tokens" and error["code"] == "token_budget_exceeded"
-        assert "192" in error["message"] and "6 turns of up to 32" in error["message"]
+        assert "6 turns of up to 32 completion tokens" in error["message"]
         assert srv.engines["scripted"].history == []  # nothing ran
         small = {**big, "max_tokens": 8, "agents": [{"name": "voter", "count": 2}]}
         small["collaboration"] = {"mode": "vote", "answer_tokens": 8}
@@ -228,10 +243,10 @@ def test_a_collaboration_whose_worst_case_is_over_the_budget_gets_400_before_it_
 
 
 def test_a_mode_with_no_bound_is_stopped_before_a_turn_that_would_cross_the_budget() -> None:
-    limits = ServerLimits(max_collaboration_tokens=20)
     graph = {
         "messages": USER,
         "max_tokens": 8,
+        "temperature": 0,
         "collaboration": {
             "mode": "graph",
             "nodes": [{"name": "a"}, {"name": "b"}, {"name": "c"}],
@@ -240,15 +255,21 @@ def test_a_mode_with_no_bound_is_stopped_before_a_turn_that_would_cross_the_budg
             "output": "c",
         },
     }
-    with live_server(scripted(), limits=limits) as srv:
+    with live_server(scripted()) as srv:  # within the default budget: what each turn reads
+        r = httpx.post(f"{srv.url}/v1/chat/completions", json=graph, timeout=30)
+        assert r.status_code == 200, r.text
+        sizes = [len(q.prompt) + q.sampling.max_tokens for q in srv.engines["scripted"].history]
+    assert len(sizes) == 3
+    budget = sizes[0] + sizes[1]  # the budget counts prompt and completion tokens
+    with live_server(scripted(), limits=ServerLimits(max_collaboration_tokens=budget)) as srv:
         r = httpx.post(f"{srv.url}/v1/chat/completions", json=graph, timeout=30)
         assert r.status_code == 400, r.text
         error = r.json()["error"]
         assert error["code"] == "token_budget_exceeded"
-        assert "budget of 20" in error["message"]
+        assert f"budget of {budget}" in error["message"]
         sent = srv.engines["scripted"].history
-        # two turns of up to 8 ran; the third (8 more: 24 > 20) was never sent
-        assert [r.sampling.max_tokens for r in sent] == [8, 8]
+        # two turns ran; the third (its prompt and 8 more) would cross the budget: never sent
+        assert [len(q.prompt) + q.sampling.max_tokens for q in sent] == sizes[:2]
 
 
 @pytest.mark.parametrize(
@@ -262,6 +283,18 @@ def test_a_mode_with_no_bound_is_stopped_before_a_turn_that_would_cross_the_budg
         ("cascade", None, {}),
         ("best_of", [{"name": "c", "count": 3}], {"judge": "self"}),
         ("auto", [{"name": "a", "count": 3}], {"answer": {"choices": ["yes", "no"]}}),
+        (  # a loop that always fires, over a fan-out: every run the bound allows
+            "graph",
+            None,
+            {
+                "nodes": [{"name": "a", "count": 2}, {"name": "b"}],
+                "edges": [
+                    {"from": "a", "to": "b"},
+                    {"from": "b", "to": "a", "when": {"contains": " "}, "max_iterations": 3},
+                ],
+                "output": "b",
+            },
+        ),
     ],
 )
 def test_the_bound_holds_on_a_real_run(

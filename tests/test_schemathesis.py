@@ -60,6 +60,9 @@ UNEXPRESSIBLE: dict[str, str] = {
     r"too many agents|agents in total": "a bound on the sum of the counts",
     r"is not among the collaboration's tools": "it refers to another field's names",
     r"exceed the KV pool|the context is \d+ tokens": "it depends on the prompt's tokens",
+    r"this request may use up to \d+ tokens": (
+        "the per-request token budget bounds a sum over the turns, prompts included"
+    ),
     r"Input should be a valid integer|must be an integer": (
         "JSON Schema's integer admits 1.0; this server's types are strict"
     ),
@@ -116,6 +119,9 @@ def fuzz(server: LiveServer, examples: int, cap: bool = False, part: int = 0) ->
     request = jsonschema.Draft202012Validator(
         {"$ref": "#/components/schemas/ChatCompletionRequest", **document}
     )
+    responses_request = jsonschema.Draft202012Validator(
+        {"$ref": "#/components/schemas/ResponsesRequest", **document}
+    )
 
     @st.composite
     def near_valid(draw: st.DrawFn) -> Any:
@@ -150,6 +156,8 @@ def fuzz(server: LiveServer, examples: int, cap: bool = False, part: int = 0) ->
         statuses[(case.operation.path, response.status_code)] += 1
         if "chat" in case.operation.path:
             check_acceptance(request, case.body, response)
+        elif case.operation.path == "/v1/responses":
+            check_some_text(responses_request, case.body, response)
         case.validate_response(response, checks=checks)  # raises on any failed check
 
     run()
@@ -171,6 +179,13 @@ def check_acceptance(request: jsonschema.Draft202012Validator, body: object, res
     elif response.status_code == 400:
         message = response.json()["error"]["message"]
         assert any(re.search(rule, message) for rule in UNEXPRESSIBLE), (body, message)
+
+
+def check_some_text(request: jsonschema.Draft202012Validator, body: object, response: Any) -> None:
+    """A ``/v1/responses`` body the document allows is never refused for having no text
+    (schemathesis found ``input must contain some text`` for a schema-valid body)."""
+    if response.status_code == 400 and "some text" in response.json()["error"]["message"]:
+        assert not request.is_valid(body), body
 
 
 @pytest.mark.parametrize("part", range(PARTS))

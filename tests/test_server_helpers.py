@@ -40,6 +40,7 @@ class LiveServer:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.headers = {}
+        self.admin_headers = {}
 
     @property
     def state(self) -> Any:
@@ -47,13 +48,15 @@ class LiveServer:
 
     def metric(self, name: str) -> float:
         """A metric's value as /metrics shows it (the unlabelled sample)."""
-        text = httpx.get(f"{self.url}/metrics", headers=self.headers).text
+        text = httpx.get(f"{self.url}/metrics", headers=self.admin_headers).text
         for line in text.splitlines():
             if line.startswith(name + " "):
                 return float(line.split()[1])
         raise KeyError(name)
 
     headers: dict[str, str]
+    #: what reads /metrics: the admin key when the server has one
+    admin_headers: dict[str, str]
 
 
 @contextlib.contextmanager
@@ -62,14 +65,17 @@ def live_server(
     *,
     portal: anyio.from_thread.BlockingPortal | None = None,
     api_key: str | Sequence[str] | None = None,
+    admin_key: str | None = None,
     limits: ServerLimits | None = None,
     open_engines: bool = True,
     tools: Sequence[Tool] = (),
     mcp_servers: Mapping[str, Any] | None = None,
     sessions: SessionSettings | None = None,
     tracing: OtlpTracing | None = None,
+    send_buffer: int | None = None,
 ) -> Iterator[LiveServer]:
-    """Serve ``make_engines()`` on 127.0.0.1 until the block ends."""
+    """Serve ``make_engines()`` on 127.0.0.1 until the block ends (``send_buffer``: the
+    connections' ``SO_SNDBUF``, so a client that stops reading stalls the server soon)."""
     with contextlib.ExitStack() as stack:
         if portal is None:
             portal = stack.enter_context(anyio.from_thread.start_blocking_portal("asyncio"))
@@ -79,6 +85,7 @@ def live_server(
             return create_app(
                 engines,
                 api_key=api_key,
+                admin_key=admin_key,
                 limits=limits,
                 open_engines=open_engines,
                 tools=tools,
@@ -90,6 +97,8 @@ def live_server(
         app, engines = portal.call(build)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if send_buffer is not None:  # accepted connections inherit it
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         config = uvicorn.Config(
@@ -103,6 +112,8 @@ def live_server(
             live = LiveServer(portal, app, engines, port)
             if isinstance(api_key, str):
                 live.headers = {"authorization": f"Bearer {api_key}"}
+            if admin_key is not None:
+                live.admin_headers = {"authorization": f"Bearer {admin_key}"}
             yield live
         finally:
             server.should_exit = True

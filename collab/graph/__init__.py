@@ -6,6 +6,10 @@ frontend (``ir`` / ``interpreter`` / ``backend``).
 """
 
 from ..._public import publish as _publish
+from ._ir import MAX_GRAPH_EDGES as MAX_GRAPH_EDGES
+from ._ir import MAX_GRAPH_NODES as MAX_GRAPH_NODES
+from ._ir import MAX_GRAPH_TURNS as MAX_GRAPH_TURNS
+from ._ir import MAX_LOOP_ITERATIONS as MAX_LOOP_ITERATIONS
 from ._ir import MAX_NODE_COUNT as MAX_NODE_COUNT
 from ._ir import NODE_AGENT_FIELDS as NODE_AGENT_FIELDS
 from ._ir import Condition as Condition
@@ -17,6 +21,10 @@ from ._ir import as_graph as as_graph
 from ._schema import graph_json_schema as graph_json_schema
 
 __all__ = [
+    "MAX_GRAPH_EDGES",
+    "MAX_GRAPH_NODES",
+    "MAX_GRAPH_TURNS",
+    "MAX_LOOP_ITERATIONS",
     "MAX_NODE_COUNT",
     "NODE_AGENT_FIELDS",
     "Condition",

@@ -16,12 +16,16 @@ Vocabulary:
   is pruned when one of its edges dies). A node that is not a join may have at
   most one unconditional predecessor; its conditional predecessors are
   alternatives (OR: it runs with those whose condition held).
+
+Bounds: a loop's ``max_iterations`` is at most ``MAX_LOOP_ITERATIONS``, and a
+graph's turn bound (``Graph.max_turns``: each node's instances times the runs it
+can make) is at most ``MAX_GRAPH_TURNS``; a ``regex`` condition is a client
+pattern (``_patterns``: a length cap, a timeout, matched off the event loop).
 """
 
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final
@@ -29,11 +33,21 @@ from typing import Any, Final
 import attrs
 
 from .._errors import InvalidCollaboration, InvalidGraph
+from .._patterns import compile_pattern, search_text
 from .._spec import MAX_AGENT_COUNT, AgentSpec, agent_field_rules, check_agent_field
 from .._validators import run_validator, validator_from_spec
 
 #: Most instances one node may fan out to (an agent spec's own limit).
 MAX_NODE_COUNT: Final = MAX_AGENT_COUNT
+#: The largest ``max_iterations`` of a loop edge.
+MAX_LOOP_ITERATIONS: Final = 16
+#: The most nodes, and edges, of a graph's JSON form (validation walks the graph on the
+#: event loop: a request cannot make that walk long).
+MAX_GRAPH_NODES: Final = 256
+MAX_GRAPH_EDGES: Final = 1024
+#: The largest turn bound of a graph (``Graph.max_turns``): as many turns as the longest
+#: debate (128 agents, 16 rounds).
+MAX_GRAPH_TURNS: Final = 2048
 
 Predicate = Callable[[str], "bool | Awaitable[bool]"]
 
@@ -145,9 +159,12 @@ class Condition:
     """A predicate on a node's output text (the text of its instances, blank-line joined).
 
     JSON forms: ``{"contains": s}``, ``{"not_contains": s}``, ``{"regex": p}``
-    (``re.search``), ``{"validator": spec}`` (true when the validator passes,
-    see ``validator_from_spec``). From Python: any callable ``text -> bool``
-    (sync or async); such a condition has no JSON form.
+    (a search for ``p``, at most ``MAX_PATTERN_CHARS`` long, in a worker thread; a
+    match past ``MATCH_TIMEOUT_S`` fails the collaboration with an ``InvalidGraph``
+    naming ``collaboration.edges.when.regex``, never a silent false), ``{"validator":
+    spec}`` (true when the validator passes, see ``validator_from_spec``). From
+    Python: any callable ``text -> bool`` (sync or async); such a condition has no
+    JSON form.
     """
 
     kind: str
@@ -196,24 +213,27 @@ class Condition:
 
             return cls(kind, value, contains)
         if kind == "regex":
-            if not isinstance(value, str):
-                raise InvalidGraph(where, "regex needs a string", field)
+            regex_field = f"{field}.regex"
             try:
-                pattern = re.compile(value)
-            except re.error as exc:
-                raise InvalidGraph(
-                    where, f"invalid regular expression {value!r}: {exc}", field
-                ) from None
+                pattern = compile_pattern(value, regex_field)
+            except InvalidCollaboration as exc:
+                raise InvalidGraph(where, exc.reason, regex_field) from None
 
             async def search(text: str) -> bool:
-                return pattern.search(text) is not None
+                try:
+                    return await search_text(pattern, text, regex_field)
+                except InvalidCollaboration as exc:  # it ran past its timeout
+                    raise InvalidGraph(where, exc.reason, regex_field) from None
 
             return cls(kind, value, search)
         if kind == "validator":
             try:
                 validator = validator_from_spec(value)
-            except InvalidCollaboration as exc:
-                raise InvalidGraph(where, f"invalid validator: {exc.reason}", field) from None
+            except InvalidCollaboration as exc:  # ...validator.schema: ...when.validator.schema
+                inner = exc.field.removeprefix("collaboration.validator")
+                raise InvalidGraph(
+                    where, f"invalid validator: {exc.reason}", f"{field}.validator{inner}"
+                ) from None
 
             async def passes(text: str) -> bool:
                 return (await run_validator(validator, text)).ok
@@ -248,6 +268,28 @@ class Edge:
         return out
 
 
+def _edge(
+    source: str,
+    target: str,
+    when: Condition | Predicate | Mapping[str, Any] | None,
+    max_iterations: int | None,
+) -> Edge:
+    """An edge, its condition built and its ``max_iterations`` checked (``InvalidGraph``)."""
+    if max_iterations is not None and (
+        isinstance(max_iterations, bool)
+        or not isinstance(max_iterations, int)
+        or not 1 <= max_iterations <= MAX_LOOP_ITERATIONS
+    ):
+        raise InvalidGraph(
+            source,
+            f"max_iterations of edge {source} -> {target} must be an integer from 1 to "
+            f"{MAX_LOOP_ITERATIONS} (at most {MAX_LOOP_ITERATIONS}), got {max_iterations!r}",
+            "collaboration.edges.max_iterations",
+        )
+    cond = None if when is None else Condition.build(when, source)
+    return Edge(source, target, cond, max_iterations)
+
+
 def _names(value: object, what: str) -> tuple[str, ...] | None:
     if value is None:
         return None
@@ -274,6 +316,9 @@ class _Adjacency:
     into: Mapping[str, tuple[Edge, ...]]
     out_of: Mapping[str, tuple[Edge, ...]]
     loops_from: Mapping[str, tuple[Edge, ...]]
+    #: ``Graph.descendants`` by node, filled as asked (each walk once: validation and the
+    #: turn bound ask for it per loop and per node)
+    reach: dict[str, frozenset[str]] = attrs.field(factory=dict)
 
     @classmethod
     def of(cls, edges: Sequence[Edge]) -> _Adjacency:
@@ -355,19 +400,7 @@ class Graph:
         max_iterations: int | None = None,
     ) -> Graph:
         """This graph with an edge added (``when``: conditional; ``max_iterations``: a loop)."""
-        if max_iterations is not None and (
-            isinstance(max_iterations, bool)
-            or not isinstance(max_iterations, int)
-            or max_iterations < 1
-        ):
-            raise InvalidGraph(
-                source,
-                f"max_iterations of edge {source} -> {target} must be a positive integer, "
-                f"got {max_iterations!r}",
-                "collaboration.edges.max_iterations",
-            )
-        cond = None if when is None else Condition.build(when, source)
-        return attrs.evolve(self, edges=(*self.edges, Edge(source, target, cond, max_iterations)))
+        return attrs.evolve(self, edges=(*self.edges, _edge(source, target, when, max_iterations)))
 
     def set_entry(self, *names: str) -> Graph:
         """This graph with its entry nodes set."""
@@ -405,6 +438,12 @@ class Graph:
         else:
             if not isinstance(nodes, list | tuple):
                 raise InvalidGraph(None, "nodes must be a list", "collaboration.nodes")
+            if len(nodes) > MAX_GRAPH_NODES:
+                raise InvalidGraph(
+                    None,
+                    f"{len(nodes)} nodes; the limit is {MAX_GRAPH_NODES}",
+                    "collaboration.nodes",
+                )
             for item in nodes:
                 if isinstance(item, Node):
                     graph = graph.add(item)
@@ -417,9 +456,14 @@ class Graph:
         edges = data.get("edges", ())
         if not isinstance(edges, list | tuple):
             raise InvalidGraph(None, "edges must be a list", "collaboration.edges")
+        if len(edges) > MAX_GRAPH_EDGES:
+            raise InvalidGraph(
+                None, f"{len(edges)} edges; the limit is {MAX_GRAPH_EDGES}", "collaboration.edges"
+            )
+        built: list[Edge] = []
         for item in edges:
             if isinstance(item, Edge):
-                graph = attrs.evolve(graph, edges=(*graph.edges, item))
+                built.append(item)
                 continue
             if isinstance(item, list | tuple) and len(item) == 2:
                 item = {"from": item[0], "to": item[1]}
@@ -441,10 +485,8 @@ class Graph:
                 raise InvalidGraph(
                     src, f"unknown edge field {extra[0]!r}", f"collaboration.edges.{extra[0]}"
                 )
-            graph = graph.edge(
-                src, dst, when=item.get("when"), max_iterations=item.get("max_iterations")
-            )
-        return graph
+            built.append(_edge(src, dst, item.get("when"), item.get("max_iterations")))
+        return attrs.evolve(graph, edges=(*graph.edges, *built))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (raises ValueError when a condition is a Python callable)."""
@@ -481,8 +523,11 @@ class Graph:
         """Loop edges out of ``name``, in declaration order."""
         return self._adjacency.loops_from.get(name, ())
 
-    def descendants(self, name: str) -> set[str]:
-        """``name`` and every node it reaches through forward edges."""
+    def descendants(self, name: str) -> frozenset[str]:
+        """``name`` and every node it reaches through forward edges (walked once per node)."""
+        found = self._adjacency.reach.get(name)
+        if found is not None:
+            return found
         seen = {name}
         todo = [name]
         while todo:
@@ -491,7 +536,8 @@ class Graph:
                 if e.target not in seen:
                     seen.add(e.target)
                     todo.append(e.target)
-        return seen
+        self._adjacency.reach[name] = found = frozenset(seen)
+        return found
 
     def entries(self) -> tuple[str, ...]:
         """The entry nodes: as set, else the nodes without forward predecessors."""
@@ -515,9 +561,22 @@ class Graph:
         return sinks[0]
 
     def run_bound(self, name: str) -> int:
-        """The most runs ``name`` can make: 1 + the iterations of every loop re-running it."""
+        """The most runs ``name`` can make: 1 + the iterations of every loop re-running it.
+
+        A node runs again only when a loop resets it (a loop whose target reaches it), and
+        each loop fires at most ``max_iterations`` times over the whole run.
+        """
         return 1 + sum(
             e.max_iterations or 0 for e in self.loops if name in self.descendants(e.target)
+        )
+
+    def max_turns(self) -> int:
+        """The most engine requests one run makes: per node, its runs (``run_bound``) times
+        its instances, plus the warm-up of a fan-out's shared prompt (one request per run
+        of a node with ``count`` > 1). The scheduler holds a run to it."""
+        return sum(
+            self.run_bound(name) * (node.count + (1 if node.count > 1 else 0))
+            for name, node in self.nodes.items()
         )
 
     def topological_order(self) -> list[str]:
@@ -553,7 +612,8 @@ class Graph:
         with ``max_iterations``); a loop edge goes back to a node that reaches
         its source; entry nodes have no forward predecessor; every node is
         reachable from an entry and reaches the output; a node with several
-        unconditional predecessors is a join.
+        unconditional predecessors is a join; the turn bound (``max_turns``) is at most
+        ``MAX_GRAPH_TURNS``.
         """
         if not self.nodes:
             raise InvalidGraph(None, "the graph has no nodes", "collaboration.nodes")
@@ -632,6 +692,15 @@ class Graph:
                     "but is not a join node; set join",
                     "collaboration.nodes.join",
                 )
+        turns = self.max_turns()
+        if turns > MAX_GRAPH_TURNS:
+            raise InvalidGraph(
+                None,
+                f"the graph may run up to {turns} turns (each node's instances times its "
+                f"runs, loops included); the limit is {MAX_GRAPH_TURNS}: lower the loops' "
+                "max_iterations or the nodes' count",
+                "collaboration.edges.max_iterations",
+            )
         return self
 
     def _on_cycle(self, name: str) -> bool:

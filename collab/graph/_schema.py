@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._patterns import MAX_PATTERN_CHARS
 from .._spec import agent_json_schema
-from ._ir import NODE_AGENT_FIELDS
+from .._validators import validator_json_schema
+from ._ir import MAX_GRAPH_EDGES, MAX_GRAPH_NODES, MAX_LOOP_ITERATIONS, NODE_AGENT_FIELDS
 
 
 def graph_json_schema() -> dict[str, Any]:
@@ -26,12 +28,12 @@ def graph_json_schema() -> dict[str, Any]:
             },
             {
                 "required": ["regex"],
-                "properties": {"regex": {"type": "string"}},
+                "properties": {"regex": {"type": "string", "maxLength": MAX_PATTERN_CHARS}},
                 "additionalProperties": False,
             },
             {
                 "required": ["validator"],
-                "properties": {"validator": {"type": "object", "required": ["type"]}},
+                "properties": {"validator": validator_json_schema()},
                 "additionalProperties": False,
             },
         ],
@@ -50,7 +52,11 @@ def graph_json_schema() -> dict[str, Any]:
             "from": {"type": "string"},
             "to": {"type": "string"},
             "when": condition,
-            "max_iterations": {"type": "integer", "minimum": 1},
+            "max_iterations": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_LOOP_ITERATIONS,
+            },
         },
     }
     names = {
@@ -61,8 +67,12 @@ def graph_json_schema() -> dict[str, Any]:
         "title": "CollaborationGraph",
         "type": "object",
         "properties": {
-            "nodes": {"type": "array", "items": {"oneOf": [{"type": "string"}, node]}},
-            "edges": {"type": "array", "items": edge},
+            "nodes": {
+                "type": "array",
+                "items": {"oneOf": [{"type": "string"}, node]},
+                "maxItems": MAX_GRAPH_NODES,
+            },
+            "edges": {"type": "array", "items": edge, "maxItems": MAX_GRAPH_EDGES},
             "entry": names,
             "output": {"type": "string"},
         },

@@ -50,6 +50,7 @@ from typing import Any, ClassVar
 import attrs
 
 from .._agent import Turn
+from .._code_policy import require_code
 from .._config import ModeConfig, boolean
 from .._context import CollaborationContext
 from .._debias import LABELS
@@ -139,6 +140,9 @@ def plan(
         "max_tokens": config.max_tokens,
         "temperature": config.temperature,
         "timeout": config.timeout,
+        "top_p": config.top_p,
+        "seed": config.seed,
+        "stop": config.stop,
     }
     answer = config.answer
     if config.calculator and calculation:
@@ -225,6 +229,8 @@ class Auto(CollaborationOp[AutoConfig]):
 
     def validate(self, config: AutoConfig, agents: Sequence[AgentSpec]) -> None:
         super().validate(config, agents)
+        if config.calculator:
+            require_code("calculator", "collaboration.calculator")
         for chosen in _every_plan(config, agents):
             if chosen.op is not None:
                 chosen.op.validate(chosen.config, agents)

@@ -39,6 +39,7 @@ from .._calculator import (
     calculate_value,
     format_value,
 )
+from .._code_policy import require_code
 from .._config import ModeConfig, boolean, int_in, not_none
 from .._context import CollaborationContext
 from .._mode import CollaborationOp, ModeResult
@@ -106,6 +107,10 @@ class Compute(CollaborationOp[ComputeConfig]):
     name = "compute"
     Config = ComputeConfig
     default_agents: ClassVar[tuple[AgentSpec, ...]] = (AgentSpec("solver", temperature=0.0),)
+
+    def validate(self, config: ComputeConfig, agents: Sequence[AgentSpec]) -> None:
+        super().validate(config, agents)
+        require_code("calculator", "collaboration.mode")
 
     def max_turns(self, config: ComputeConfig, agents: Sequence[AgentSpec]) -> int:
         return sum(a.count for a in agents) + 1  # one expression each, one direct answer

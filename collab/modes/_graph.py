@@ -46,14 +46,15 @@ from ...engine_bridge import GenerationResult, KVHandle
 from .._agent import Role, Turn, TurnDone
 from .._config import ModeConfig, int_in
 from .._context import CollaborationContext
-from .._errors import InvalidCollaboration, InvalidGraph
+from .._errors import CollaborationError, InvalidCollaboration, InvalidGraph, NoAnswer
 from .._mode import CollaborationOp, ModeResult
 from .._spec import AgentSpec
 from ..graph import Edge, Graph, as_graph
 
 PREVIOUS_LABEL = "Your previous answer:\n"
 SEPARATOR = "\n\n"
-#: Most node instances of one graph (``prepare_collaboration``'s own limit counts agents only).
+#: Most node instances of one graph, whatever ``max_agents`` a caller gives (which the
+#: nodes' instances count toward, in ``prepare_collaboration``).
 MAX_GRAPH_INSTANCES = 256
 
 
@@ -137,6 +138,7 @@ class GraphMode(CollaborationOp[GraphConfig]):
     name = "graph"
     Config = GraphConfig
     default_agents: ClassVar[tuple[AgentSpec, ...]] = ()
+    agents_field = "collaboration.nodes"
 
     def validate(self, config: GraphConfig, agents: Sequence[AgentSpec]) -> None:
         graph = config.build_graph(agents)
@@ -145,6 +147,14 @@ class GraphMode(CollaborationOp[GraphConfig]):
             raise InvalidCollaboration(
                 "collaboration.nodes", f"{total} node instances; the limit is {MAX_GRAPH_INSTANCES}"
             )
+
+    def spawned_specs(self, config: GraphConfig, agents: Sequence[AgentSpec]) -> list[AgentSpec]:
+        """One spec per node: its instances are the agents this graph spawns."""
+        return [node.spec() for node in config.build_graph(agents).nodes.values()]
+
+    def max_turns(self, config: GraphConfig, agents: Sequence[AgentSpec]) -> int:
+        """The graph's turn bound (``Graph.max_turns``), which the run is held to."""
+        return config.build_graph(agents).max_turns()
 
     async def run(self, ctx: CollaborationContext[GraphConfig]) -> ModeResult:
         config = ctx.config
@@ -165,6 +175,9 @@ class _Scheduler:
         self.nodes: dict[str, _NodeRun] = {}
         self.edges: dict[int, EdgeState] = {id(e): "unresolved" for e in graph.forward}
         self.loops_used: dict[int, int] = {id(e): 0 for e in graph.loops}
+        #: engine requests started (turns and fan-out warm-ups), held to the graph's bound
+        self.turns = 0
+        self.max_turns = graph.max_turns()
         self.inflight = 0
         send, recv = anyio.create_memory_object_stream[tuple[str, int, list[TurnDone]]](math.inf)
         self.send, self.recv = send, recv
@@ -174,20 +187,32 @@ class _Scheduler:
         for name, node in graph.nodes.items():
             roles = await ctx.spawn_all([node.spec()], role=name)
             self.nodes[name] = _NodeRun(roles)
+        failed: CollaborationError | None = None
         async with self.send, self.recv, anyio.create_task_group() as tg:
             self.tg = tg
-            await self._advance()
-            while self.inflight:
-                name, activation, done = await self.recv.receive()
-                self.inflight -= 1
-                st = self.nodes[name]
-                if activation != st.activation or st.state != "running":
-                    continue  # pruned or reset meanwhile: a stale result
-                await self._finished(name, done)
+            try:
                 await self._advance()
+                while self.inflight:
+                    name, activation, done = await self.recv.receive()
+                    self.inflight -= 1
+                    st = self.nodes[name]
+                    if activation != st.activation or st.state != "running":
+                        continue  # pruned or reset meanwhile: a stale result
+                    await self._finished(name, done)
+                    await self._advance()
+            except CollaborationError as exc:  # a condition's regex timed out, the turn bound
+                failed = exc  # raised bare below, not inside the task group's ExceptionGroup
+                tg.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
         out = self.nodes[self.output]
-        if out.state != "done":
-            raise ctx.failure(f"the output node {self.output!r} was {out.state}")
+        if out.state != "done":  # the graph's own conditions left it no path: not a failure
+            raise NoAnswer(
+                "collaboration.output",
+                f"the output node {self.output!r} was {out.state}: the graph's conditions "
+                "left no path to it, so the collaboration has no answer",
+                tuple(ctx.records.values()),
+            )
         rounds = max((st.runs for st in self.nodes.values()), default=1) or 1
         return ModeResult(answer=out.text, rounds=rounds, details=self._details())
 
@@ -255,6 +280,12 @@ class _Scheduler:
     async def _start(self, name: str) -> None:
         ctx, graph = self.ctx, self.graph
         st = self.nodes[name]
+        requests = len(st.roles) + (1 if len(st.roles) > 1 else 0)
+        if self.turns + requests > self.max_turns:  # never, if run_bound is right: a guard
+            raise ctx.failure(
+                f"node {name!r} would take the graph past its bound of {self.max_turns} turns"
+            )
+        self.turns += requests
         st.state = "running"
         st.runs += 1
         st.activation += 1

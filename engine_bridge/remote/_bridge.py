@@ -11,6 +11,12 @@ explicit re-tokenization cascade already does across tokenizers. Nothing is
 cached here: ``cached_tokens`` is what the endpoint reports, and the usage it
 reports (its own tokenizer's counts) is what the results and stats carry.
 
+Tenants: a request made under a cache salt (a server's API key, ``cache_salt``)
+carries it as vLLM's ``cache_salt`` body field when the bridge is told the
+endpoint takes it (``send_cache_salt``); otherwise the endpoint's cache is shared
+by every tenant, so its ``cached_tokens`` would tell one tenant what another sent,
+and a salted request reports 0 cached tokens instead.
+
 Failures: a timeout, a dropped connection, 408/409/5xx and 429 (waiting
 ``Retry-After``) are retried with exponential backoff up to ``max_attempts``;
 then, or on any other refusal, ``RemoteError`` names the remote. A stream cut
@@ -95,6 +101,9 @@ class RemoteBridge(EngineBridge):
         backoff: the first retry's wait in seconds; each next one doubles, up to ``max_backoff``.
         max_retry_after: the longest ``Retry-After`` honoured; a longer one fails at once.
         max_concurrency: requests in flight to this endpoint at once (others wait here).
+        send_cache_salt: the endpoint takes vLLM's ``cache_salt`` field: a salted request
+            (a server's API key) sends its salt, so tenants never share its prefix cache.
+            Otherwise a salted request's ``cached_tokens`` is reported as 0.
         transport: an ``httpx`` transport (tests).
     """
 
@@ -114,6 +123,7 @@ class RemoteBridge(EngineBridge):
         max_backoff: float = 8.0,
         max_retry_after: float = 30.0,
         max_concurrency: int = 16,
+        send_cache_salt: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         super().__init__(name, block_size=1)
@@ -127,6 +137,7 @@ class RemoteBridge(EngineBridge):
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.max_retry_after = max_retry_after
+        self.send_cache_salt = send_cache_salt
         self._api_key = api_key
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
@@ -233,6 +244,8 @@ class RemoteBridge(EngineBridge):
             "frequency_penalty": s.frequency_penalty or None,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
+        if request.cache_salt is not None and self.send_cache_salt:
+            body["cache_salt"] = request.cache_salt  # the tenant's own prefix cache there
         if s.choices:  # portable: a JSON object whose one field is one of the choices
             schema = {
                 "type": "object",
@@ -307,6 +320,8 @@ class RemoteBridge(EngineBridge):
         import httpx
 
         choices = bool(request.sampling.choices)
+        # a shared cache's hits would tell this tenant what other tenants sent
+        shows_cache = request.cache_salt is None or self.send_cache_salt
         text: list[str] = []
         finish: FinishReason | None = None
         skip = delivered
@@ -329,7 +344,7 @@ class RemoteBridge(EngineBridge):
                         self._usage[request.request_id] = RemoteUsage(
                             int(usage.get("prompt_tokens") or 0),
                             int(usage.get("completion_tokens") or 0),
-                            int(details.get("cached_tokens") or 0),
+                            int(details.get("cached_tokens") or 0) if shows_cache else 0,
                         )
                     for choice in chunk.get("choices") or ():
                         piece = (choice.get("delta") or {}).get("content") or ""
