@@ -31,6 +31,7 @@ from .._models import DEFAULT_MODEL_NAME, resolve_model
 from .._retention import RetentionStats
 from .._types import Sampling
 from . import _compat as compat
+from ._tier_stats import TierStats
 
 if TYPE_CHECKING:
     from .._chat import ChatComposer
@@ -81,6 +82,17 @@ class VLLMBridge(EngineBridge):
             idle engine too.
         prefill_rate: prompt tokens per second the engine computes, for the
             retention's cost rule (default: 300 on CPU, 20 000 elsewhere).
+        host_tier_bytes: RAM budget in bytes of a KV tier below the engine's
+            cache (default 0: off, nothing changes). Every full block is copied
+            there as it is computed (keyed by vLLM's block hash, so by LoRA
+            adapter and ``cache_salt`` too); a request whose prefix left the
+            device cache reloads it from there instead of recomputing it. The
+            store is allocated once, in whole blocks within the budget, and
+            drops its least recently used block when full. It is vLLM's
+            ``OffloadingConnector`` with our spec (``_tier``), so it takes the
+            place of ``kv_transfer_config`` / ``kv_offloading_size`` in
+            ``engine_args``: giving both is a ``ValueError``. See
+            ``docs/tiers.md``; ``tier_stats()`` reports what it holds and moved.
         home: cache root for the default model (default ``$MICROAGENT_HOME``).
         progress: show a progress bar while preparing the default model.
     """
@@ -106,6 +118,7 @@ class VLLMBridge(EngineBridge):
         retention: float | None = 0.95,
         retention_ttl: float | None = 600.0,
         prefill_rate: float | None = None,
+        host_tier_bytes: int = 0,
         home: Path | None = None,
         progress: bool = True,
     ) -> None:
@@ -137,6 +150,15 @@ class VLLMBridge(EngineBridge):
         if prefill_rate is not None and not prefill_rate > 0:
             raise ValueError(f"prefill_rate must be > 0 tokens/s, got {prefill_rate}")
         self.prefill_rate = prefill_rate or (300.0 if self._is_cpu else 20_000.0)
+        if host_tier_bytes < 0:
+            raise ValueError(f"host_tier_bytes must be >= 0, got {host_tier_bytes}")
+        doubled = sorted(set(extra) & {"kv_transfer_config", "kv_offloading_size"})
+        if host_tier_bytes and doubled:
+            raise ValueError(
+                f"host_tier_bytes and engine_args {doubled} each configure a KV tier: "
+                "give one of them"
+            )
+        self.host_tier_bytes = host_tier_bytes
         self._expiry_task: asyncio.Task[None] | None = None
         self._expiry_wake = asyncio.Event()
         self._home = home
@@ -225,6 +247,8 @@ class VLLMBridge(EngineBridge):
             args.update(
                 compat.retention_engine_args(self.retention, self.retention_ttl, self.prefill_rate)
             )
+        if self.host_tier_bytes:
+            args.update(compat.host_tier_engine_args(self.host_tier_bytes))
         for key, value in self.extra_engine_args.items():
             if key == "additional_config" and isinstance(args.get(key), dict):
                 value = {**args[key], **dict(value)}
@@ -275,6 +299,16 @@ class VLLMBridge(EngineBridge):
         if engine is None or compat.engine_errored(engine):
             return RetentionStats(enabled=True)
         return RetentionStats(**await compat.retention_stats(engine))
+
+    # -- the host KV tier ------------------------------------------------------------------
+    async def tier_stats(self) -> TierStats:
+        """What the host KV tier holds and has moved (``enabled=False`` when it is off)."""
+        engine = self._engine
+        if not self.host_tier_bytes:
+            return TierStats()
+        if engine is None or compat.engine_errored(engine):
+            return TierStats(enabled=True, budget_bytes=self.host_tier_bytes)
+        return TierStats.from_wire(await compat.tier_stats(engine))
 
     async def _start_engine(self) -> None:
         preload = None

@@ -352,6 +352,23 @@ def retention_engine_args(budget: float, ttl: float | None, prefill_rate: float)
     return {"scheduler_cls": RetainingScheduler, "additional_config": {CONFIG_KEY: settings}}
 
 
+def host_tier_engine_args(budget_bytes: int) -> dict[str, Any]:
+    """Engine arguments that load the host KV tier (``_tier``) with this RAM budget."""
+    from vllm.config import KVTransferConfig
+
+    from ._tier import connector_config
+
+    # an instance: AsyncEngineArgs does not convert a dict
+    return {"kv_transfer_config": KVTransferConfig(**connector_config(budget_bytes))}
+
+
+async def tier_stats(engine: Any) -> Any:
+    """The EngineCore's host-tier statistics (a dict of ``TierStats`` fields)."""
+    from ._tier import STATS_UTILITY
+
+    return await call_utility(engine, STATS_UTILITY)
+
+
 #: how often a pending utility call looks whether its EngineCore is still alive (seconds)
 UTILITY_POLL_S = 0.25
 

@@ -27,6 +27,17 @@ any past the patience or when nothing runs) until it can: a retention never
 makes a request wait longer than the patience, nor an idle engine wait at all.
 An idle engine never schedules, so the bridge calls ``EXPIRE_UTILITY`` at each
 entry's deadline.
+
+With a KV connector (the host tier) and async scheduling (vLLM's default on a
+GPU), vLLM sets ``defer_block_free``: a finished request's blocks may still be
+written by a step in flight, so vLLM returns them to the pool only once that
+step's output is processed. Retaining is safe then too (a retained block keeps
+``ref_cnt > 0`` and is never reallocated): the blocks are retained anyway, and
+whatever goes back to the pool (the partial tail now, the retained blocks when
+released) waits behind the same fence in vLLM's deferred-free queue. Under
+async scheduling vLLM would otherwise run our ``Scheduler`` subclass without
+overlap (it only overlaps an ``AsyncScheduler``): ``RetainingScheduler``
+becomes ``AsyncRetainingScheduler`` when the config asks for async scheduling.
 """
 
 from __future__ import annotations
@@ -35,9 +46,10 @@ import itertools
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from vllm.v1.core.kv_cache_utils import get_block_hash
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine.core import EngineCore
@@ -60,8 +72,23 @@ _RETAINED_STATUSES = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LEN
 class RetainingScheduler(Scheduler):
     """vLLM's scheduler, plus retention of marked requests' blocks under a key."""
 
+    #: the ``SamplingParams.extra_args`` key a request's ``Retain`` mark travels under
+    retain_key: ClassVar[str] = EXTRA_ARGS_KEY
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> RetainingScheduler:
+        # vLLM builds ``scheduler_cls(vllm_config=..., ...)``: under async scheduling the
+        # retaining scheduler must be an ``AsyncScheduler`` too, or vLLM runs it without
+        # overlapping steps
+        config = kwargs.get("vllm_config", args[0] if args else None)
+        scheduling = getattr(config, "scheduler_config", None)
+        if cls is RetainingScheduler and getattr(scheduling, "async_scheduling", False):
+            cls = AsyncRetainingScheduler
+        return super().__new__(cls)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        #: block id -> the step that may still write it (``defer_block_free`` only)
+        self._retained_fences: dict[int, int] = {}
         extra = self.vllm_config.additional_config
         settings = extra.get(CONFIG_KEY, {}) if isinstance(extra, dict) else {}
         fraction = float(settings.get("budget", 0.5))
@@ -96,27 +123,41 @@ class RetainingScheduler(Scheduler):
 
     def _give_back(self, block_ids: Sequence[int]) -> None:
         pool = self.kv_cache_manager.block_pool
-        pool.free_blocks([pool.blocks[i] for i in block_ids])
+        now: list[Any] = []
+        later: list[Any] = []
+        fence = 0
+        for i in block_ids:
+            seq = self._retained_fences.pop(i, None)
+            if seq is not None and seq > self.processed_step_seq:
+                later.append(pool.blocks[i])
+                fence = max(fence, seq)
+            else:
+                now.append(pool.blocks[i])
+        pool.free_blocks(now)
+        if later:  # a step still in flight may write them: vLLM frees them after it
+            self.deferred_frees.append((fence, later))
 
     # -- finishing: retain instead of free -------------------------------------------------
     def _free_request_blocks(self, request: Request) -> None:
         retain = _retain_of(request)
-        if (
-            retain is None
-            or request.status not in _RETAINED_STATUSES
-            or not self._request_blocks_can_be_freed(request)
-        ):
+        if retain is None or request.status not in _RETAINED_STATUSES:
             super()._free_request_blocks(request)
             return
+        in_flight = not self._request_blocks_can_be_freed(request)
         blocks = self.kv_cache_manager.pop_blocks_for_free(request)
         full = 0
         while full < len(blocks) and blocks[full].block_hash is not None:
             full += 1
-        # the partial tail is never a cache hit: it goes back at once
-        self.kv_cache_manager.block_pool.free_blocks(blocks[full:][::-1])
-        self.retention.retain(
-            retain, [b.block_id for b in blocks[:full]], time.monotonic(), rank=request.priority
-        )
+        kept = [b.block_id for b in blocks[:full]]
+        # the partial tail is never a cache hit: it goes back now, or after the step
+        # that may still write it (as vLLM's own deferred free would)
+        if in_flight:
+            if blocks[full:]:
+                self.deferred_frees.append((self.sched_step_seq, blocks[full:]))
+            self._retained_fences.update(dict.fromkeys(kept, self.sched_step_seq))
+        else:
+            self.kv_cache_manager.block_pool.free_blocks(blocks[full:][::-1])
+        self.retention.retain(retain, kept, time.monotonic(), rank=request.priority)
 
     # -- admission: a retention never makes a request wait --------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
@@ -212,6 +253,10 @@ class RetainingScheduler(Scheduler):
                 break
             hits += 1
         return max(0, self._blocks_at_most(request) - 1 - hits) + 1
+
+
+class AsyncRetainingScheduler(RetainingScheduler, AsyncScheduler):
+    """``RetainingScheduler`` over vLLM's ``AsyncScheduler`` (async scheduling is on)."""
 
 
 def _retain_of(request: Request) -> Retain | None:

@@ -1,0 +1,55 @@
+"""What the host KV tier holds and has moved: the numbers ``VLLMBridge.tier_stats()`` returns.
+
+Kept apart from ``_tier`` (which imports vLLM at module level) so the bridge can
+name the type without loading vLLM's offloading code in the front end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+
+@attrs.frozen
+class TierStats:
+    """The host (RAM) KV tier below vLLM's device cache, as the EngineCore sees it.
+
+    Attributes:
+        enabled: whether the bridge runs the tier (``host_tier_bytes > 0``).
+        budget_bytes: the RAM budget the bridge was given.
+        capacity_bytes: what the host store allocates: whole blocks within the budget.
+        block_bytes: bytes of one entry (every layer's K and V of one block, or of
+            ``blocks_per_chunk`` blocks when vLLM's extra config groups them).
+        capacity_blocks: how many entries the store holds.
+        entries: blocks held now.
+        peak_entries: most blocks ever held at once (never above ``capacity_blocks``).
+        stored_blocks / stored_bytes: copied device -> host, in total.
+        loaded_blocks / loaded_bytes: copied host -> device, in total.
+        evicted_blocks: entries dropped (least recently used first) to make room.
+        load_seconds: time spent copying host -> device, in total.
+    """
+
+    enabled: bool = False
+    budget_bytes: int = 0
+    capacity_bytes: int = 0
+    block_bytes: int = 0
+    capacity_blocks: int = 0
+    entries: int = 0
+    peak_entries: int = 0
+    stored_blocks: int = 0
+    stored_bytes: int = 0
+    loaded_blocks: int = 0
+    loaded_bytes: int = 0
+    evicted_blocks: int = 0
+    load_seconds: float = 0.0
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, object]) -> TierStats:
+        """From the EngineCore utility's dict (unknown keys ignored)."""
+        names = {f.name for f in attrs.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, object]:
+        return attrs.asdict(self)

@@ -1,0 +1,345 @@
+"""The host KV tier on the real vLLM engine: a prefix that left the device cache comes back by copy.
+
+One small engine (12 device blocks of 128 tokens) with a host tier of 32
+blocks: a flood of unrelated prompts (14 blocks) evicts a session's prefix from
+the device cache but not from the host tier. Every engine check fails with the
+tier off (``host_tier_bytes=0``): then the session's next turn recomputes its
+prefix.
+
+The last two tests need no engine. One builds the retaining scheduler from the
+config the bridge gives vLLM, with async scheduling on (vLLM's GPU default,
+which with a connector sets ``defer_block_free``), and drives it by hand, since
+no GPU runs here; the other checks the option itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import pytest
+from _engine import _context, _fork
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from microagent.engine_bridge import (
+    GenerationResult,
+    KVHandle,
+    Retain,
+    Sampling,
+    VLLMBridge,
+    cache_salt,
+)
+from microagent.engine_bridge.vllm._tier_stats import TierStats
+
+BLOCK = 128
+BLOCKS = 12
+#: bytes of one 128-token block of SmolLM2-135M (30 layers, K and V, bf16)
+BLOCK_BYTES = 128 * 23_040
+HOST_BLOCKS = 32
+ONE = Sampling(max_tokens=2, temperature=0.0)
+#: a model config small enough to build vLLM's scheduler without weights
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "num_hidden_layers": 2,
+    "vocab_size": 512,
+    "max_position_embeddings": 512,
+    "torch_dtype": "bfloat16",
+}
+T = TypeVar("T")
+
+
+class Engine:
+    """A small bridge with the tier on, living on its own asyncio portal."""
+
+    def __init__(self, portal: BlockingPortal, bridge: VLLMBridge) -> None:
+        self.portal = portal
+        self.bridge = bridge
+
+    def call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        return self.portal.call(fn)
+
+
+@pytest.fixture(scope="module")
+def tiered() -> Iterator[Engine]:
+    bridge = VLLMBridge(
+        max_model_len=1024,
+        max_num_seqs=4,
+        engine_args={"num_gpu_blocks_override": BLOCKS},
+        retention=0.5,
+        host_tier_bytes=HOST_BLOCKS * BLOCK_BYTES,
+        progress=False,
+    )
+    with start_blocking_portal("asyncio") as portal:
+        portal.call(bridge.open)
+        try:
+            yield Engine(portal, bridge)
+        finally:
+            portal.call(bridge.close)
+
+
+async def flood(bridge: VLLMBridge, blocks: int) -> None:
+    """Unrelated prompts, ``blocks`` device blocks' worth: the device cache keeps nothing older."""
+    filled = 0
+    while filled < blocks * BLOCK:
+        other = _fork(bridge, _context(bridge, 700), "One word?")
+        await bridge.generate(other, Sampling(max_tokens=1))
+        filled += len(other)
+
+
+async def settled(bridge: VLLMBridge) -> TierStats:
+    """The tier's numbers once its in-flight copies are done (stores land a step later)."""
+    last = await bridge.tier_stats()
+    with anyio.fail_after(30):
+        while True:
+            await anyio.sleep(0.3)
+            now = await bridge.tier_stats()
+            if now == last:
+                return now
+            last = now
+
+
+def full_blocks(prompt: KVHandle) -> int:
+    """Tokens of ``prompt`` that a cache can serve: full blocks, the last token excluded."""
+    return (len(prompt) - 1) // BLOCK * BLOCK
+
+
+@pytest.mark.engine
+def test_an_evicted_prefix_is_reloaded_from_the_host_tier_and_bytes_match(
+    tiered: Engine,
+) -> None:
+    bridge = tiered.bridge
+
+    async def run() -> tuple[GenerationResult, GenerationResult, TierStats, TierStats]:
+        start = await settled(bridge)
+        # nothing else runs: what the tier stores now is this session's first turn
+        first = await bridge.generate(_fork(bridge, _context(bridge, 450), "One word?"), ONE)
+        stored = await settled(bridge)
+        await flood(bridge, BLOCKS + 2)
+        before_load = await settled(bridge)
+        second = await bridge.generate(_fork(bridge, first.handle, "And one more?"), ONE)
+        after = await settled(bridge)
+        return first, second, delta(stored, start), delta(after, before_load)
+
+    first, second, stored, loaded = tiered.call(run)
+    computed = second.prompt_tokens - second.cached_tokens
+    print(
+        f"turn 2: {second.prompt_tokens} prompt tokens, {second.cached_tokens} cached, "
+        f"{computed} computed; turn 1 stored {stored.stored_blocks} blocks "
+        f"({stored.stored_bytes} B), turn 2 loaded {loaded.loaded_blocks} blocks "
+        f"({loaded.loaded_bytes} B, {loaded.load_seconds * 1e3:.1f} ms)"
+    )
+    assert second.cached_tokens >= full_blocks(first.handle)
+    assert computed <= BLOCK + 1
+    # the session's blocks went down once and came back once, byte for byte
+    assert stored.stored_blocks == len(first.handle) // BLOCK
+    assert loaded.loaded_blocks == stored.stored_blocks
+    assert loaded.loaded_bytes == stored.stored_bytes == stored.stored_blocks * BLOCK_BYTES
+
+
+def delta(after: TierStats, before: TierStats) -> TierStats:
+    """What moved between two readings."""
+    return TierStats(
+        enabled=after.enabled,
+        stored_blocks=after.stored_blocks - before.stored_blocks,
+        stored_bytes=after.stored_bytes - before.stored_bytes,
+        loaded_blocks=after.loaded_blocks - before.loaded_blocks,
+        loaded_bytes=after.loaded_bytes - before.loaded_bytes,
+        load_seconds=after.load_seconds - before.load_seconds,
+    )
+
+
+@pytest.mark.engine
+def test_a_tenant_never_hits_another_tenants_tier_entries(tiered: Engine) -> None:
+    bridge = tiered.bridge
+
+    async def run() -> tuple[GenerationResult, GenerationResult, TierStats, TierStats]:
+        prompt = _fork(bridge, _context(bridge, 450), "One word?")
+        with cache_salt("tenant-alpha"):
+            await bridge.generate(prompt, ONE)
+        await flood(bridge, BLOCKS + 2)
+        start = await settled(bridge)
+        with cache_salt("tenant-beta"):  # the same tokens under another salt
+            beta = await bridge.generate(prompt, ONE)
+        after_beta = await settled(bridge)
+        with cache_salt("tenant-alpha"):  # alpha's own entries are there
+            alpha = await bridge.generate(prompt, ONE)
+        after_alpha = await settled(bridge)
+        return beta, alpha, delta(after_beta, start), delta(after_alpha, after_beta)
+
+    beta, alpha, beta_moved, alpha_moved = tiered.call(run)
+    print(
+        f"same prompt after a flood: beta {beta.cached_tokens} cached "
+        f"({beta_moved.loaded_blocks} blocks loaded), alpha {alpha.cached_tokens} cached "
+        f"({alpha_moved.loaded_blocks} blocks loaded)"
+    )
+    assert beta.cached_tokens == 0 and beta_moved.loaded_blocks == 0
+    assert alpha.cached_tokens == full_blocks(alpha.prompt)
+    assert alpha_moved.loaded_blocks == full_blocks(alpha.prompt) // BLOCK
+
+
+@pytest.mark.engine
+def test_retention_keeps_working_with_the_tier_on(tiered: Engine) -> None:
+    """A retained session stays on the device (nothing to load); a plain one comes from the tier."""
+    bridge = tiered.bridge
+
+    async def run() -> tuple[GenerationResult, GenerationResult, TierStats, TierStats]:
+        kept = _fork(bridge, _context(bridge, 450), "One word?")
+        plain = _fork(bridge, _context(bridge, 450), "One word?")
+        await bridge.generate(kept, ONE, retain=Retain("tier/kept"))
+        await bridge.generate(plain, ONE)
+        await flood(bridge, BLOCKS + 2)
+        start = await settled(bridge)
+        again_kept = await bridge.generate(kept, ONE)
+        after_kept = await settled(bridge)
+        again_plain = await bridge.generate(plain, ONE)
+        after_plain = await settled(bridge)
+        await bridge.release("tier/kept")
+        return again_kept, again_plain, delta(after_kept, start), delta(after_plain, after_kept)
+
+    kept, plain, kept_moved, plain_moved = tiered.call(run)
+    print(
+        f"after a flood: retained {kept.cached_tokens} cached ({kept_moved.loaded_blocks} "
+        f"loaded), plain {plain.cached_tokens} cached ({plain_moved.loaded_blocks} loaded)"
+    )
+    assert kept.cached_tokens == full_blocks(kept.prompt) and kept_moved.loaded_blocks == 0
+    assert plain.cached_tokens == full_blocks(plain.prompt)
+    assert plain_moved.loaded_blocks == full_blocks(plain.prompt) // BLOCK
+    assert tiered.bridge.stats().retained_hit_tokens >= kept.cached_tokens
+
+
+@pytest.mark.engine
+def test_the_host_budget_holds_under_a_flood(tiered: Engine) -> None:
+    bridge = tiered.bridge
+
+    async def run() -> tuple[TierStats, TierStats]:
+        start = await settled(bridge)
+        await flood(bridge, HOST_BLOCKS * 5 // 4)  # more blocks than the host holds
+        return start, await settled(bridge)
+
+    start, end = tiered.call(run)
+    print(
+        f"host tier after a flood: {end.entries}/{end.capacity_blocks} blocks "
+        f"(peak {end.peak_entries}), {end.capacity_bytes} of {end.budget_bytes} B, "
+        f"{end.stored_blocks - start.stored_blocks} stored, "
+        f"{end.evicted_blocks - start.evicted_blocks} evicted"
+    )
+    assert end.budget_bytes == HOST_BLOCKS * BLOCK_BYTES
+    assert end.capacity_blocks == HOST_BLOCKS and end.block_bytes == BLOCK_BYTES
+    assert end.capacity_bytes <= end.budget_bytes
+    assert end.entries <= end.peak_entries <= end.capacity_blocks
+    # the flood really pressed the budget: the tier dropped entries to stay within it
+    assert end.evicted_blocks > start.evicted_blocks
+    assert end.stored_blocks - start.stored_blocks > HOST_BLOCKS
+
+
+def test_retention_holds_with_the_connector_and_async_scheduling(tmp_path: Path) -> None:
+    """With the tier's connector and async scheduling, a session that stops while its next
+    step is in flight is retained (before: vLLM's deferred free took it, nothing was kept)."""
+    import torch
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        KVCacheTensor,
+    )
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    bridge = VLLMBridge(
+        str(tmp_path),
+        max_model_len=512,
+        host_tier_bytes=1 << 20,
+        engine_args={"skip_tokenizer_init": True},
+        progress=False,
+    )
+    bridge.model_path = tmp_path
+    # the config the bridge gives vLLM, as a GPU would resolve it: async scheduling on
+    config = AsyncEngineArgs(**bridge._engine_arguments()).create_engine_config()
+    config.scheduler_config.async_scheduling = True
+    block, blocks, stop = config.cache_config.block_size, 8, 2
+    config.cache_config.num_gpu_blocks = blocks
+    spec = FullAttentionSpec(block_size=block, num_kv_heads=1, head_size=32, dtype=torch.bfloat16)
+    page = spec.page_size_bytes
+    kv_cache_config = KVCacheConfig(
+        num_blocks=blocks,
+        kv_cache_tensors=[
+            KVCacheTensor(
+                size=page * blocks, layers=["layer"], layer_stride=page * blocks, block_stride=page
+            )
+        ],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+    )
+    scheduler_cls: Any = config.scheduler_config.get_scheduler_cls()  # as the EngineCore does
+    scheduler = scheduler_cls(
+        vllm_config=config,
+        kv_cache_config=kv_cache_config,
+        structured_output_manager=StructuredOutputManager(config),
+        block_size=block,
+        hash_block_size=block,
+    )
+    retention = scheduler.retention
+    assert isinstance(scheduler, AsyncScheduler)  # vLLM overlaps only an AsyncScheduler's steps
+    assert scheduler.defer_block_free and type(scheduler.connector).__name__ == "HostTierConnector"
+    pool = scheduler.kv_cache_manager.block_pool
+    empty = pool.get_num_free_blocks()
+
+    init_none_hash(sha256)
+    sampling = SamplingParams(
+        max_tokens=8,
+        stop_token_ids=[stop],
+        extra_args={scheduler_cls.retain_key: Retain("s").to_wire()},
+    )
+    request = Request(
+        "r1",
+        [100 + i % 300 for i in range(2 * block + 40)],  # 2 full blocks and a tail
+        sampling,
+        None,
+        block_hasher=get_request_block_hasher(block, sha256),
+    )
+    scheduler.add_request(request)
+    prefill = scheduler.schedule()
+    decode = scheduler.schedule()  # scheduled before the prefill's output is back
+    assert decode.num_scheduled_tokens == {"r1": 1}
+
+    def output(token: int) -> ModelRunnerOutput:
+        return ModelRunnerOutput(
+            req_ids=["r1"], req_id_to_index={"r1": 0}, sampled_token_ids=[[token]]
+        )
+
+    scheduler.update_from_output(prefill, output(stop))  # stops; the decode step is in flight
+    stats = retention.stats()
+    assert stats.entries == 1 and stats.retained_blocks == 2
+    assert pool.get_num_free_blocks() == empty - 3  # the tail waits for the step in flight
+    scheduler.update_from_output(decode, output(7))
+    assert pool.get_num_free_blocks() == empty - 2  # the tail is back; the prefix is kept
+    assert retention.release(["s"]) == 1
+    assert pool.get_num_free_blocks() == empty  # nothing leaked
+
+
+def test_the_tier_is_off_by_default_and_one_way_to_ask_for_it() -> None:
+    """Budget 0 adds no connector; a budget loads ours; a second tier in engine_args is refused."""
+    plain = VLLMBridge(progress=False)._engine_arguments()
+    assert "kv_transfer_config" not in plain
+    tiered = VLLMBridge(host_tier_bytes=10 * BLOCK_BYTES, progress=False)._engine_arguments()
+    transfer = tiered["kv_transfer_config"]
+    assert transfer.kv_connector == "HostTierConnector" and transfer.kv_role == "kv_both"
+    assert transfer.kv_connector_extra_config["microagent_host_bytes"] == 10 * BLOCK_BYTES
+    for doubled in ({"kv_offloading_size": 4.0}, {"kv_transfer_config": transfer}):
+        with pytest.raises(ValueError, match="KV tier"):
+            VLLMBridge(host_tier_bytes=1, engine_args=doubled, progress=False)
+    with pytest.raises(ValueError, match="host_tier_bytes"):
+        VLLMBridge(host_tier_bytes=-1, progress=False)
