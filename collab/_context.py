@@ -219,10 +219,17 @@ class CollaborationContext(Generic[C]):
         answer = self.config.answer
         return answer.choices if answer is not None else None
 
-    def normalize(self, text: str) -> str:
-        """``text`` as a comparable answer (mapped to a choice when answers are constrained)."""
+    async def normalize(self, text: str) -> str:
+        """``text`` as a comparable answer (mapped to a choice when answers are constrained).
+
+        A client's ``answer.extract`` pattern is matched in a worker thread (with its
+        timeout), never on the event loop.
+        """
         answer = self.config.answer
-        return normalize_answer(text, self.choices, answer.extractor if answer else None)
+        extractor = answer.extractor if answer else None
+        if extractor is None or self.choices is not None:
+            return normalize_answer(text, self.choices)
+        return await anyio.to_thread.run_sync(normalize_answer, text, None, extractor)
 
     # -- roles -----------------------------------------------------------------------
     async def spawn(self, agent: str, spec: AgentSpec, role: str | None = None) -> Role:

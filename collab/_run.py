@@ -306,6 +306,9 @@ async def collaborate(
                     f"the engine died: {exc}", tuple(ctx.records.values()), exc
                 ) from exc
             except Exception as exc:  # cancellation is a BaseException: it passes through
+                invalid = find_cause(exc, InvalidCollaboration)
+                if isinstance(invalid, InvalidCollaboration):  # a client's spec, found as it
+                    raise invalid from exc  # ran (a pattern that backtracks): still its 400
                 over = find_cause(exc, TokenBudgetExceeded)
                 if over is not None:  # raised inside a mode's task group: keep its type
                     raise TokenBudgetExceeded(

@@ -18,6 +18,7 @@ import attrs
 import regex
 
 from ._errors import InvalidCollaboration
+from ._patterns import MAX_PATTERN_CHARS
 from ._tally import NUMBER_PATTERN, Extractor
 
 #: Most identical agents one spec (or one graph node) may fan out to.
@@ -333,8 +334,14 @@ class AnswerSpec:
                 raise InvalidCollaboration(
                     "answer.extract", "reads free answers; with choices an answer is its choice"
                 )
+            source = EXTRACT_PRESETS.get(self.extract, self.extract)
+            if len(source) > MAX_PATTERN_CHARS:  # a client's pattern: bounded like the others
+                raise InvalidCollaboration(
+                    "answer.extract",
+                    f"the pattern is {len(source)} characters; the limit is {MAX_PATTERN_CHARS}",
+                )
             try:
-                pattern = regex.compile(EXTRACT_PRESETS.get(self.extract, self.extract))
+                pattern = regex.compile(source)
             except regex.error as exc:
                 raise InvalidCollaboration(
                     "answer.extract",
@@ -353,6 +360,12 @@ class AnswerSpec:
             if len(set(self.choices)) != len(self.choices):
                 raise InvalidCollaboration("answer.choices", "must not repeat a choice")
         if self.regex is not None:
+            if len(self.regex) > MAX_PATTERN_CHARS:  # compiled into the engine's grammar
+                raise InvalidCollaboration(
+                    "answer.regex",
+                    f"the pattern is {len(self.regex)} characters; the limit is "
+                    f"{MAX_PATTERN_CHARS}",
+                )
             try:
                 re.compile(self.regex)
             except re.error as exc:

@@ -57,7 +57,7 @@ def normalize_answer(
     raw = unicodedata.normalize("NFKC", text).strip()
     if extract is not None and choices is None:
         try:
-            matches = list(extract.finditer(raw, timeout=EXTRACT_TIMEOUT_S))
+            matches = list(extract.finditer(raw, concurrent=True, timeout=EXTRACT_TIMEOUT_S))
         except TimeoutError:
             raise InvalidCollaboration(
                 "answer.extract",

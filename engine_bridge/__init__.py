@@ -29,6 +29,8 @@ from ._handle import KVHandle as KVHandle
 from ._lora import make_random_lora as make_random_lora
 from ._models import prepare_model as prepare_model
 from ._models import resolve_model as resolve_model
+from ._resume import ResumeJournal as ResumeJournal
+from ._resume import resume_journal as resume_journal
 from ._retention import RELEASE_CAUSES as RELEASE_CAUSES
 from ._retention import ReleaseCause as ReleaseCause
 from ._retention import Retain as Retain
@@ -88,6 +90,7 @@ __all__ = [
     "RemoteBridge",
     "RemoteError",
     "RequestRefused",
+    "ResumeJournal",
     "Retain",
     "RetentionStats",
     "Sampling",
@@ -113,6 +116,7 @@ __all__ = [
     "render_tool_calls",
     "render_tool_result",
     "resolve_model",
+    "resume_journal",
     "salt_for",
     "set_cache_salt",
     "with_tool_instructions",

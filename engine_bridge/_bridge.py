@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Self
 import anyio
 import attrs
 
+from . import _resume
 from ._errors import EngineDied, RequestRefused, UnknownAdapter
 from ._handle import AdapterRef, KVHandle
 from ._programs import ProgramOrder
@@ -136,8 +137,39 @@ class Generation:
         self._entered = True
         self._bridge._register(self)
         self._submitted = self._bridge.clock()
-        self._steps = self._bridge._engine_steps(self.request)
+        self._steps = self._journaled_steps()
         return self
+
+    def _journaled_steps(self) -> AsyncIterator[EngineStep]:
+        """The engine's steps; inside a resume journal, recorded, or replayed and
+        continued from an earlier run's record (``_resume``)."""
+        bridge, request = self._bridge, self.request
+        journal = _resume.current_journal()
+        if journal is None or bridge.remote:  # a remote endpoint gets text, not token ids
+            return bridge._engine_steps(request)
+        rec, seen = journal.claim(_resume.request_key(id(bridge), request))
+        n = len(request.prompt)
+        if seen and rec.finished:
+            journal.replayed += 1
+            journal.tokens_kept += len(rec.token_ids)
+            return _resume.replay(rec, finish=True)
+        if not seen or not rec.token_ids or not _resume.resumable(request):
+            rec.clear()
+            return _resume.recording(bridge._engine_steps(request), rec, n)
+        journal.resumed += 1
+        journal.tokens_kept += len(rec.token_ids)
+        prompt = request.prompt
+        rest = attrs.evolve(
+            request,
+            prompt=attrs.evolve(prompt, token_ids=prompt.token_ids + tuple(rec.token_ids)),
+            sampling=attrs.evolve(
+                request.sampling, max_tokens=request.sampling.max_tokens - len(rec.token_ids)
+            ),
+        )
+        return _resume.chained(
+            _resume.replay(rec, finish=False),
+            _resume.recording(bridge._engine_steps(rest), rec, n),
+        )
 
     async def __aexit__(
         self,

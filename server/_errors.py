@@ -69,6 +69,14 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
     return ApiError(400, message, param=param, code=code, type="invalid_request_error")
 
 
+def invalid_collaboration(field: str, reason: str) -> ApiError:
+    """The 400 of a collaboration's ``InvalidCollaboration``, named by its body path (a
+    mode option's field lives under ``collaboration``), whether found planning or running."""
+    if not field.startswith(("collaboration", "agents")):
+        field = f"collaboration.{field}"
+    return bad_request(f"{field}: {reason}", field)
+
+
 _ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {

@@ -80,6 +80,11 @@ class ServerMetrics:
                 "Requests run again after an engine death, by kind and outcome.",
             ),
             (
+                "microagent_engine_resumed_tokens_total",
+                "counter",
+                "Generated tokens a rerun after an engine death kept instead of decoding again.",
+            ),
+            (
                 "microagent_engine_lost_total",
                 "counter",
                 "Requests lost to an engine death (a 503 or a stream's error event), "

@@ -39,7 +39,7 @@ from ..engine_bridge import (
     with_tool_instructions,
 )
 from ._code_gate import server_code_policy
-from ._errors import bad_request
+from ._errors import bad_request, invalid_collaboration
 from ._messages import check_length, compose, context_limit, conversation
 from ._params import check_parameters, check_sampling, max_tokens_of, sampling_fields, stops_of
 from ._render import Stamp
@@ -350,12 +350,7 @@ def _prepare(
                 mode, specs, options, max_agents=limits.max_total_agents
             )
     except InvalidCollaboration as exc:
-        field = (
-            exc.field
-            if exc.field.startswith(("collaboration", "agents"))
-            else f"collaboration.{exc.field}"
-        )
-        raise bad_request(f"{field}: {exc.reason}", field) from None
+        raise invalid_collaboration(exc.field, exc.reason) from None
     # the agents a mode spawns itself (a graph's nodes) are held to this server's own cap
     op = prepared.op
     for spec in op.spawned_specs(prepared.config, prepared.agents):

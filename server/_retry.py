@@ -7,11 +7,14 @@ client, provided it had no effect outside the engine: a collaboration that
 executed a tool (``tool_call`` event) is never run again. The rerun waits out
 the restart and must finish by the request's deadline; otherwise, and for a
 stream that already sent data, the client gets ``EngineLost``: a 503 with
-``Retry-After``.
+``Retry-After``. Both runs share one resume journal (``engine_bridge``'s
+``resume_journal``): the rerun's engine requests that equal the first run's are
+answered from what they generated, or continue from it, instead of decoding it again.
 
 Metrics (``ServerMetrics``): ``microagent_engine_retries_total{kind,outcome}``
 counts reruns and how they ended; ``microagent_engine_lost_total{kind,reason}``
-counts requests answered 503 (or a stream's error event) because of a death.
+counts requests answered 503 (or a stream's error event) because of a death;
+``microagent_engine_resumed_tokens_total{kind}`` the generated tokens reruns kept.
 """
 
 from __future__ import annotations
@@ -24,7 +27,15 @@ import anyio
 import attrs
 
 from ..collab import CollaborationEvent, EventCallback
-from ..engine_bridge import EngineBridge, EngineDied, EngineUnavailable, VLLMBridge, find_cause
+from ..engine_bridge import (
+    EngineBridge,
+    EngineDied,
+    EngineUnavailable,
+    ResumeJournal,
+    VLLMBridge,
+    find_cause,
+    resume_journal,
+)
 from ._errors import ApiError
 from ._metrics import ServerMetrics
 
@@ -144,6 +155,19 @@ async def run_retrying(
     Raises:
         EngineLost: not run again (why: ``detail``), or the rerun failed or ran late.
     """
+    with resume_journal() as journal:
+        return await _run_retrying(run, journal, kind, metrics, deadline, may_retry, on_lost)
+
+
+async def _run_retrying(
+    run: Callable[[], Awaitable[T]],
+    journal: ResumeJournal,
+    kind: Kind,
+    metrics: ServerMetrics,
+    deadline: float,
+    may_retry: Callable[[], bool],
+    on_lost: Callable[[], None],
+) -> T:
     try:
         return await run()
     except EngineLost as lost:
@@ -161,6 +185,7 @@ async def run_retrying(
             raise
         first = lost
     outcome = "failed"
+    journal.new_run()  # what the first run generated is replayed or continued, not redone
     try:
         with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
             try:
@@ -173,6 +198,7 @@ async def run_retrying(
             return result
     finally:
         metrics.inc("microagent_engine_retries_total", kind=kind, outcome=outcome)
+        metrics.inc("microagent_engine_resumed_tokens_total", journal.tokens_kept, kind=kind)
     # the rerun was cancelled at the deadline (a collaboration counts itself as cancelled)
     count_lost(metrics, kind, "deadline")
     raise EngineLost(

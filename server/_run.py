@@ -39,7 +39,7 @@ from ..engine_bridge import (
     TokenDelta,
     UnknownAdapter,
 )
-from ._errors import ApiError, bad_request
+from ._errors import ApiError, bad_request, invalid_collaboration
 from ._messages import compose
 from ._remote import remote_failure
 from ._retry import EngineLost, death_counts, died_since, engine_cause, retry_after
@@ -228,7 +228,7 @@ async def _collaborate(
         ) from None
     except InvalidCollaboration as exc:
         metrics.inc("microagent_collaborations_total", mode=mode, status="invalid")
-        raise bad_request(f"{exc.field}: {exc.reason}", exc.field) from None
+        raise invalid_collaboration(exc.field, exc.reason) from None
     except TokenBudgetExceeded as exc:  # a mode with no bound, stopped before crossing it
         metrics.inc("microagent_collaborations_total", mode=mode, status="invalid")
         raise bad_request(exc.reason, "max_tokens", "token_budget_exceeded") from None

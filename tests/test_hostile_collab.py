@@ -129,6 +129,57 @@ def test_an_edge_regex_over_the_length_cap_is_refused_naming_the_field() -> None
         assert srv.engines["scripted"].history == []  # refused before anything ran
 
 
+def _extracting_vote(extract: str, voters: int) -> dict[str, Any]:
+    return {
+        "messages": USER,
+        "max_tokens": 64,
+        "agents": [{"name": "voter", "count": voters}],
+        "collaboration": {"mode": "vote", "answer": {"extract": extract}},
+    }
+
+
+def test_a_backtracking_answer_extract_is_matched_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``answer.extract`` reads every voter's reply: a pattern that backtracks on it times
+    out in a worker thread (a 400 naming it), never on the loop that answers /health."""
+    import asyncio
+
+    from microagent.collab import _context
+
+    on_loop: list[bool] = []
+    real = _context.normalize_answer
+
+    def spy(text: str, *args: Any) -> str:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return real(text, *args)
+
+    monkeypatch.setattr(_context, "normalize_answer", spy)
+    engines = scripted(script=lambda ids, request: "a" * 40 + "@")
+    with live_server(engines) as srv:
+        r, latencies = _polled(srv, CHAT, _extracting_vote(r"^(a|aa)+$", 16))
+    assert r.status_code == 400, r.text
+    assert _param(r) == "collaboration.answer.extract"
+    assert "catastrophic backtracking" in r.json()["error"]["message"]
+    assert on_loop and not any(on_loop)  # every match ran on a worker thread
+    assert max(latencies) < HEALTH_BOUND_S, latencies
+
+
+@pytest.mark.parametrize("field", ["extract", "regex"])
+def test_answer_patterns_over_the_length_cap_are_refused_naming_the_field(field: str) -> None:
+    body = _extracting_vote("a", 3)
+    body["collaboration"]["answer"] = {field: "a" * 257}
+    with live_server(scripted()) as srv:
+        r = httpx.post(f"{srv.url}{CHAT}", json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    assert _param(r) == f"collaboration.answer.{field}"
+    assert "257 characters; the limit is 256" in r.json()["error"]["message"]
+
+
 # -- the calculator --------------------------------------------------------------------------
 
 

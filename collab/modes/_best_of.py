@@ -197,7 +197,7 @@ class BestOf(CollaborationOp[BestOfConfig]):
                 return
             candidate = _Candidate(role, result, len(finished))
             finished.append(candidate)
-            role.record.answer = _answer(ctx, candidate.text)
+            role.record.answer = await _answer(ctx, candidate.text)
             if config.validator is None:
                 return
             candidate.verdict = await run_validator(config.validator, candidate.text)
@@ -223,7 +223,7 @@ class BestOf(CollaborationOp[BestOfConfig]):
             left = roles[start + wave :]
             if stopped or not left:
                 break
-            if config.adaptive and _decided(ctx, finished, len(left)):
+            if config.adaptive and await _decided(ctx, finished, len(left)):
                 decided = stopped = True
                 for role in left:  # never started
                     await ctx.prune(role, "early_stop")
@@ -232,7 +232,7 @@ class BestOf(CollaborationOp[BestOfConfig]):
             raise ctx.failure("no candidate produced an answer")
         judged = await self._judge_all(ctx, finished) if config.judged else 0
         if config.by_likelihood:
-            _score_by_likelihood(ctx, finished)
+            await _score_by_likelihood(ctx, finished)
         best = max(finished, key=_Candidate.rank)
         scored_by = "+".join(
             name
@@ -254,7 +254,9 @@ class BestOf(CollaborationOp[BestOfConfig]):
             details["valid"] = best.verdict.ok
         if decided:
             details["stopped_by"] = "adaptive"
-        return ModeResult(answer=_answer(ctx, best.text), early_stopped=stopped, details=details)
+        return ModeResult(
+            answer=await _answer(ctx, best.text), early_stopped=stopped, details=details
+        )
 
     async def _judge_all(
         self, ctx: CollaborationContext[BestOfConfig], candidates: list[_Candidate]
@@ -263,13 +265,13 @@ class BestOf(CollaborationOp[BestOfConfig]):
         pool = _scored_pool(candidates)
         firsts: dict[str, _Candidate] = {}
         for c in pool:
-            firsts.setdefault(_key(ctx, c.text), c)
+            firsts.setdefault(await _key(ctx, c.text), c)
 
         async with anyio.create_task_group() as tg:
             for c in firsts.values():
                 tg.start_soon(self._judge, ctx, c)
         for c in pool:
-            c.score = firsts[_key(ctx, c.text)].score
+            c.score = firsts[await _key(ctx, c.text)].score
         return len(firsts)
 
     async def _judge(self, ctx: CollaborationContext[BestOfConfig], candidate: _Candidate) -> None:
@@ -317,28 +319,28 @@ def _scored_pool(candidates: list[_Candidate]) -> list[_Candidate]:
     return [c for c in candidates if c.passes] or candidates
 
 
-def _answer_mass(
+async def _answer_mass(
     ctx: CollaborationContext[BestOfConfig], candidates: list[_Candidate]
 ) -> dict[str, float]:
     """Per answer (normalised as a vote normalises it), its candidates' summed probability."""
     mass: dict[str, float] = {}
     for c in candidates:
-        key = ctx.normalize(c.text)
+        key = await ctx.normalize(c.text)
         mass[key] = mass.get(key, 0.0) + sequence_probability(c.result.logprobs)
     return mass
 
 
-def _score_by_likelihood(
+async def _score_by_likelihood(
     ctx: CollaborationContext[BestOfConfig], candidates: list[_Candidate]
 ) -> None:
     """Each candidate's score: the summed sequence probabilities of its answer's candidates."""
     pool = _scored_pool(candidates)
-    mass = _answer_mass(ctx, pool)
+    mass = await _answer_mass(ctx, pool)
     for c in pool:
-        c.score = mass[ctx.normalize(c.text)]
+        c.score = mass[await ctx.normalize(c.text)]
 
 
-def _decided(
+async def _decided(
     ctx: CollaborationContext[BestOfConfig], candidates: list[_Candidate], left: int
 ) -> bool:
     """Whether ``left`` more candidates cannot change the likelihood winner.
@@ -350,19 +352,19 @@ def _decided(
     passing = [c for c in candidates if c.passes]
     if not passing:
         return False
-    ranked = sorted(_answer_mass(ctx, passing).values(), reverse=True)
+    ranked = sorted((await _answer_mass(ctx, passing)).values(), reverse=True)
     runner_up = ranked[1] if len(ranked) > 1 else 0.0
     return ranked[0] > runner_up + left
 
 
-def _answer(ctx: CollaborationContext[BestOfConfig], text: str) -> str:
+async def _answer(ctx: CollaborationContext[BestOfConfig], text: str) -> str:
     """A candidate's answer: the canonical choice with fixed choices, else its text."""
-    return ctx.normalize(text) if ctx.config.answer is not None else text
+    return await ctx.normalize(text) if ctx.config.answer is not None else text
 
 
-def _key(ctx: CollaborationContext[BestOfConfig], text: str) -> str:
+async def _key(ctx: CollaborationContext[BestOfConfig], text: str) -> str:
     """Candidates with equal keys get one judgement."""
-    return ctx.normalize(text) if ctx.config.answer is not None else text
+    return await ctx.normalize(text) if ctx.config.answer is not None else text
 
 
 def _report(c: _Candidate) -> dict[str, Any]:

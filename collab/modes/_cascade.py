@@ -70,7 +70,7 @@ class Cascade(CollaborationOp[CascadeConfig]):
         if not drafts:
             raise ctx.failure("no drafter produced a draft")
         ordered = list(drafts)
-        answers = {name: ctx.normalize(drafts[name].content) for name in ordered}
+        answers = {name: await ctx.normalize(drafts[name].content) for name in ordered}
         for name, answer in answers.items():
             ctx.records[name].answer = answer
         agree = all_agree(answers) or (len(answers) == 1 and config.verify != "always")
@@ -121,7 +121,7 @@ class Cascade(CollaborationOp[CascadeConfig]):
         text = done.content
         if unnamed:
             details["verdict"] = "answered"
-            answer = ctx.normalize(text)
+            answer = await ctx.normalize(text)
             if not answer:
                 raise ctx.failure("neither a draft nor the verifier named one of the choices")
             return ModeResult(answer=answer, details=details)
@@ -129,4 +129,4 @@ class Cascade(CollaborationOp[CascadeConfig]):
             details["verdict"] = "accepted"
             return ModeResult(answer=kept, details=details)
         details["verdict"] = "rewritten"
-        return ModeResult(answer=ctx.normalize(text) if choices else text, details=details)
+        return ModeResult(answer=await ctx.normalize(text) if choices else text, details=details)

@@ -218,6 +218,6 @@ class Compute(CollaborationOp[ComputeConfig]):
         done = await ctx.turn(role, Turn(prompt, sampling, label="answer", keep=False))
         if done.result is None:
             raise ctx.failure("the agent produced nothing")
-        answer = ctx.normalize(done.content) if choices else done.content
+        answer = await ctx.normalize(done.content) if choices else done.content
         role.record.answer = answer
         return ModeResult(answer=answer, details=details)

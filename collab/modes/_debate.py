@@ -109,7 +109,7 @@ class Debate(CollaborationOp[DebateConfig]):
                     return
                 latest[agent.agent] = current[agent.agent] = done
                 agent.thread = agent.bridge.chat.close_turn(done.result.handle)
-                answers[agent.agent] = ctx.normalize(done.content)
+                answers[agent.agent] = await ctx.normalize(done.content)
                 agent.record.answer = answers[agent.agent]
 
             async with anyio.create_task_group() as tg:

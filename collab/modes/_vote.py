@@ -205,7 +205,9 @@ class Vote(CollaborationOp[VoteConfig]):
             # a vote that lands after the decision is still counted: it cannot change
             # the winner (that is what "decided" means), and it is real output
             answer = (
-                ctx.normalize(answer_text) if view is None else _canonical(ctx, view, answer_text)
+                await ctx.normalize(answer_text)
+                if view is None
+                else await _canonical(ctx, view, answer_text)
             )
             voter.record.answer = answer
             tally.add(answer)
@@ -603,9 +605,9 @@ def _views(config: VoteConfig, n: int) -> list[ChoiceView | None]:
     return [ChoiceView.for_voter(config.answer.choices, i, labels=labels) for i in range(n)]
 
 
-def _canonical(ctx: CollaborationContext[VoteConfig], view: ChoiceView, text: str) -> str:
+async def _canonical(ctx: CollaborationContext[VoteConfig], view: ChoiceView, text: str) -> str:
     """A debiased voter's answer as the canonical choice ("" when it names none)."""
-    return view.to_canonical(text if view.labels else ctx.normalize(text))
+    return view.to_canonical(text if view.labels else await ctx.normalize(text))
 
 
 def _view_instructions(view: ChoiceView, style: str) -> str:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -377,6 +378,7 @@ class VLLMBridge(EngineBridge):
         self._restart_task = asyncio.get_running_loop().create_task(self._restart(engine, cause))
 
     async def _restart(self, dead: Any, cause: BaseException | str) -> None:
+        began = time.monotonic()
         compat.stop_output_handler(dead)
         await asyncio.to_thread(_shutdown, dead)
         delay = self.restart_backoff
@@ -394,6 +396,11 @@ class VLLMBridge(EngineBridge):
                 continue
             self._new_epoch()
             self._restart_task = None
+            log.warning(
+                "vLLM engine restarted (epoch %d) %.1f s after its death",
+                self.epoch,
+                time.monotonic() - began,
+            )
             return
         self._unavailable = EngineUnavailable(
             f"the engine died ({cause!r}) and {self.max_restarts} restart attempts failed: "
