@@ -61,6 +61,7 @@ from ._types import Timings as Timings
 from ._types import TokenDelta as TokenDelta
 from ._types import TokenLogprob as TokenLogprob
 from .remote import RemoteBridge as RemoteBridge
+from .vllm import TierStats as TierStats
 from .vllm import VLLMBridge as VLLMBridge
 
 __all__ = [
@@ -98,6 +99,7 @@ __all__ = [
     "ScriptedEngine",
     "StepCost",
     "TaggedJson",
+    "TierStats",
     "Timings",
     "TokenDelta",
     "TokenLogprob",

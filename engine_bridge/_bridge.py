@@ -152,7 +152,7 @@ class Generation:
         if seen and rec.finished:
             journal.replayed += 1
             journal.tokens_kept += len(rec.token_ids)
-            return _resume.replay(rec, finish=True)
+            return _resume.replay(rec, EngineStep, finish=True)
         if not seen or not rec.token_ids or not _resume.resumable(request):
             rec.clear()
             return _resume.recording(bridge._engine_steps(request), rec, n)
@@ -167,7 +167,7 @@ class Generation:
             ),
         )
         return _resume.chained(
-            _resume.replay(rec, finish=False),
+            _resume.replay(rec, EngineStep, finish=False),
             _resume.recording(bridge._engine_steps(rest), rec, n),
         )
 

@@ -135,12 +135,12 @@ def request_key(bridge_id: int, request: EngineRequest) -> Hashable:
     return (bridge_id, prompt.token_ids, prompt.adapter, sampling, request.cache_salt)
 
 
-async def replay(rec: Recorded, *, finish: bool) -> AsyncIterator[EngineStep]:
-    """The recorded output as one step (with its finish reason when ``finish``)."""
-    from ._bridge import EngineStep
-
+async def replay(
+    rec: Recorded, step: type[EngineStep], *, finish: bool
+) -> AsyncIterator[EngineStep]:
+    """The recorded output as one ``step`` (with its finish reason when ``finish``)."""
     if rec.token_ids or finish:
-        yield EngineStep(
+        yield step(
             tuple(rec.token_ids),
             "".join(rec.text),
             rec.finish if finish else None,

@@ -7,5 +7,6 @@ engine layer speaks the ``EngineBridge`` contract of ``engine_bridge._bridge``.
 """
 
 from ._bridge import VLLMBridge as VLLMBridge
+from ._tier_stats import TierStats as TierStats
 
-__all__ = ["VLLMBridge"]
+__all__ = ["TierStats", "VLLMBridge"]
