@@ -36,7 +36,7 @@ from ..engine_bridge import (
     VLLMBridge,
     resolve_model,
 )
-from ._cli_args import build_parser, engine_value, serve_keys
+from ._cli_args import KV_TIER_ENGINE_ARGS, build_parser, engine_value, serve_keys
 from ._live import LiveView as LiveView
 from ._live import summary_table as summary_table
 from ._progress import EngineStartFailed, open_engines, showing
@@ -97,10 +97,13 @@ def make_bridges(args: argparse.Namespace) -> list[EngineBridge]:
                 f"--engine scripted takes --engine-arg {', '.join(SCRIPTED_OPTIONS)}; "
                 f"not {', '.join(unknown)}"
             )
+        if args.kv_host_bytes or args.kv_disk_bytes:
+            raise CliError("--kv-host-bytes and --kv-disk-bytes need --engine vllm")
         engine_args.setdefault("history_limit", SCRIPTED_HISTORY)
         return [
             ScriptedEngine(model=m if m != "default" else "scripted", **engine_args) for m in models
         ]
+    _check_kv_tiers(args, engine_args)
     bridges: list[EngineBridge] = []
     for i, model in enumerate(models):
         bridges.append(
@@ -111,12 +114,26 @@ def make_bridges(args: argparse.Namespace) -> list[EngineBridge]:
                 max_model_len=args.max_model_len,
                 adapters=dict(args.adapter) if i == 0 else None,
                 engine_args=engine_args,
+                host_tier_bytes=args.kv_host_bytes,
+                disk_tier_bytes=args.kv_disk_bytes,
             )
         )
     names = [b.model for b in bridges]
     if len(set(names)) != len(names):
         raise CliError(f"two --model values serve the same name: {names}")
     return bridges
+
+
+def _check_kv_tiers(args: argparse.Namespace, engine_args: dict[str, Any]) -> None:
+    """One KV tier, said one way: our budgets or vLLM's own offloading, never both."""
+    if args.kv_disk_bytes and not args.kv_host_bytes:
+        raise CliError("--kv-disk-bytes needs --kv-host-bytes: the file tier sits under RAM")
+    doubled = [k for k in KV_TIER_ENGINE_ARGS if k in engine_args]
+    if args.kv_host_bytes and doubled:
+        raise CliError(
+            f"--kv-host-bytes and --engine-arg {'/'.join(doubled)} each configure a KV tier "
+            "below the engine's cache: give one of them"
+        )
 
 
 # -- output --------------------------------------------------------------------------------

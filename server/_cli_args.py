@@ -107,6 +107,31 @@ def _positive(text: str) -> int:
     return value
 
 
+_BYTE_UNITS = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def byte_size(text: str) -> int:
+    """A byte count: an integer, or one with a binary unit (``512MiB``, ``2GiB``)."""
+    number, scale = text.strip(), 1
+    for unit, factor in _BYTE_UNITS.items():
+        if number.endswith(unit):
+            number, scale = number[: -len(unit)].strip(), factor
+            break
+    try:
+        value = int(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected bytes (an integer, or with KiB/MiB/GiB/TiB), got {text!r}"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected bytes >= 0, got {text}")
+    return value
+
+
+#: vLLM engine arguments that configure a KV tier of their own (one tier, one way to say it)
+KV_TIER_ENGINE_ARGS = ("kv_offloading_size", "kv_transfer_config")
+
+
 def _add_engine_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("engine")
     g.add_argument(
@@ -144,6 +169,22 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="any other vLLM AsyncEngineArgs field (VALUE parsed as JSON when it can be); "
         "with --engine scripted, a ScriptedEngine option (e.g. decode_time_per_token=0.01)",
+    )
+    g.add_argument(
+        "--kv-host-bytes",
+        type=byte_size,
+        default=0,
+        metavar="BYTES",
+        help="RAM budget of a KV tier below the engine's cache, per model, e.g. 2GiB "
+        "(default 0: off; replaces --engine-arg kv_offloading_size/kv_transfer_config)",
+    )
+    g.add_argument(
+        "--kv-disk-bytes",
+        type=byte_size,
+        default=0,
+        metavar="BYTES",
+        help="disk budget of a KV file tier under the host tier, in $MICROAGENT_HOME/kv, "
+        "e.g. 20GiB (default 0: off; needs --kv-host-bytes); it survives engine restarts",
     )
     _add_verbose(g)
     g.add_argument(

@@ -68,6 +68,35 @@ def test_the_scripted_engine_takes_its_timing_from_engine_args() -> None:
         make_bridges(bad)
 
 
+def test_kv_tier_budgets_reach_the_bridge_and_one_tier_is_said_one_way(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from microagent.engine_bridge import VLLMBridge
+    from microagent.server._cli import CliError, make_bridges
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--kv-host-bytes" in shown and "--kv-disk-bytes" in shown
+    argv = ["serve", "--kv-host-bytes", "512MiB", "--kv-disk-bytes", "2GiB"]
+    (bridge,) = make_bridges(build_parser().parse_args(argv))
+    assert isinstance(bridge, VLLMBridge)
+    assert (bridge.host_tier_bytes, bridge.disk_tier_bytes) == (512 << 20, 2 << 30)
+    (plain,) = make_bridges(build_parser().parse_args(["serve"]))
+    assert isinstance(plain, VLLMBridge) and plain.host_tier_bytes == plain.disk_tier_bytes == 0
+    for engine_arg in ("kv_offloading_size=4", 'kv_transfer_config={"kv_connector":"x"}'):
+        doubled = build_parser().parse_args(
+            ["serve", "--kv-host-bytes", "1048576", "--engine-arg", engine_arg]
+        )
+        with pytest.raises(CliError, match=f"--kv-host-bytes and --engine-arg {engine_arg[:12]}"):
+            make_bridges(doubled)
+    with pytest.raises(CliError, match="--kv-disk-bytes needs --kv-host-bytes"):
+        make_bridges(build_parser().parse_args(["serve", "--kv-disk-bytes", "1GiB"]))
+    for bad in ("-1", "2GB", "lots"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["serve", "--kv-host-bytes", bad])
+
+
 def test_run_shows_agents_and_the_token_table(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(
         [

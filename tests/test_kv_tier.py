@@ -6,15 +6,21 @@ the device cache but not from the host tier. Every engine check fails with the
 tier off (``host_tier_bytes=0``): then the session's next turn recomputes its
 prefix.
 
-The last two tests need no engine. One builds the retaining scheduler from the
-config the bridge gives vLLM, with async scheduling on (vLLM's GPU default,
-which with a connector sets ``defer_block_free``), and drives it by hand, since
-no GPU runs here; the other checks the option itself.
+The file tier's engine tests use a second engine: 12 device blocks, a host
+tier of 8 blocks, and a file tier of 40 blocks under a temporary
+``MICROAGENT_HOME``. Each fails with ``disk_tier_bytes=0``.
+
+The tests without an engine build the retaining scheduler from the config the
+bridge gives vLLM, with async scheduling on (vLLM's GPU default, which with a
+connector sets ``defer_block_free``), and drive it by hand, since no GPU runs
+here; check the options; and check the file tier's directory key and format.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,12 +30,21 @@ import pytest
 from _engine import _context, _fork
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from microagent.engine_bridge import (
+    EngineDied,
     GenerationResult,
     KVHandle,
     Retain,
     Sampling,
     VLLMBridge,
     cache_salt,
+    resolve_model,
+)
+from microagent.engine_bridge.vllm._file_tier import (
+    FileIndex,
+    directory_key,
+    file_bytes,
+    read_block,
+    write_block,
 )
 from microagent.engine_bridge.vllm._tier_stats import TierStats
 
@@ -343,3 +358,279 @@ def test_the_tier_is_off_by_default_and_one_way_to_ask_for_it() -> None:
             VLLMBridge(host_tier_bytes=1, engine_args=doubled, progress=False)
     with pytest.raises(ValueError, match="host_tier_bytes"):
         VLLMBridge(host_tier_bytes=-1, progress=False)
+
+
+# -- the file tier -------------------------------------------------------------------------
+
+FILE_HOST_BLOCKS = 8
+DISK_BLOCKS = 40
+#: a block file: header, the block key (32-byte sha256_cbor hash + 4-byte group), the block
+FILE_BYTES = file_bytes(bytes(36), BLOCK_BYTES)
+#: the engine's own switch, so the tier-off check is one edit: 0 turns the file tier off
+DISK_BUDGET = DISK_BLOCKS * FILE_BYTES
+
+
+@pytest.fixture(scope="module")
+def filed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """Device 12 blocks, host 8 blocks, files 40 blocks under a home of its own."""
+    home = tmp_path_factory.mktemp("home")
+    bridge = VLLMBridge(
+        str(resolve_model("default", progress=False)),  # the prepared model, not home's
+        max_model_len=1024,
+        max_num_seqs=4,
+        engine_args={"num_gpu_blocks_override": BLOCKS},
+        retention=0.5,
+        host_tier_bytes=FILE_HOST_BLOCKS * BLOCK_BYTES,
+        disk_tier_bytes=DISK_BUDGET,
+        home=home,
+        progress=False,
+    )
+    with start_blocking_portal("asyncio") as portal:
+        portal.call(bridge.open)
+        try:
+            yield Engine(portal, bridge)
+        finally:
+            portal.call(bridge.close)
+
+
+def tier_files(bridge_home: Path) -> dict[Path, int]:
+    """Every block file under the home's ``kv`` folder, with its size."""
+    return {p: p.stat().st_size for p in (bridge_home / "kv").rglob("*.kv")}
+
+
+def block_keys(prompt: KVHandle, blocks: int) -> list[bytes]:
+    """vLLM's offload keys of ``prompt``'s first blocks (sha256_cbor, no salt or LoRA)."""
+    from vllm.utils.hashing import sha256_cbor
+    from vllm.v1.core import kv_cache_utils
+
+    kv_cache_utils.init_none_hash(sha256_cbor)
+    keys, parent = [], None
+    for i in range(blocks):
+        tokens = prompt.token_ids[i * BLOCK : (i + 1) * BLOCK]
+        parent = kv_cache_utils.hash_block_tokens(sha256_cbor, parent, tokens)
+        keys.append(bytes(parent) + (0).to_bytes(4, "big"))  # KV group 0
+    return keys
+
+
+def home_of(bridge: VLLMBridge) -> Path:
+    return Path(bridge._home or "")
+
+
+@pytest.mark.engine
+def test_a_prefix_gone_from_device_and_host_is_loaded_from_its_files(filed: Engine) -> None:
+    bridge = filed.bridge
+
+    async def run() -> tuple[GenerationResult, GenerationResult, TierStats, TierStats]:
+        first = await bridge.generate(_fork(bridge, _context(bridge, 450), "One word?"), ONE)
+        await settled(bridge)
+        await flood(bridge, BLOCKS + 2)  # 15 blocks: past the device (12) and the host (8)
+        before = await settled(bridge)
+        second = await bridge.generate(_fork(bridge, first.handle, "And one more?"), ONE)
+        after = await settled(bridge)
+        return first, second, before, after
+
+    first, second, before, after = filed.call(run)
+    read = after.disk_read_blocks - before.disk_read_blocks
+    print(
+        f"turn 2 after a 15-block flood: {second.prompt_tokens} prompt tokens, "
+        f"{second.cached_tokens} cached, {second.prompt_tokens - second.cached_tokens} "
+        f"computed; {read} blocks read from files; files {after.disk_entries} blocks, "
+        f"{after.disk_bytes} B; host {after.entries}/{after.capacity_blocks} blocks"
+    )
+    assert second.cached_tokens >= full_blocks(first.handle)
+    assert second.prompt_tokens - second.cached_tokens <= BLOCK + 1
+    assert read == len(first.handle) // BLOCK  # from files, not from RAM
+    assert after.disk_rejected_blocks == before.disk_rejected_blocks
+
+
+@pytest.mark.engine
+def test_an_altered_tier_file_is_a_miss_never_wrong_kv(filed: Engine) -> None:
+    """The second of three block files gets bytes flipped: the first block loads, the rest is
+    computed (and written again), and the output is the greedy output of the first time."""
+    bridge = filed.bridge
+    home = home_of(bridge)
+    sampling = Sampling(max_tokens=8, temperature=0.0)
+
+    async def run() -> tuple[GenerationResult, GenerationResult, TierStats, TierStats, Path]:
+        prompt = _fork(bridge, _context(bridge, 450), "One word?")
+        first = await bridge.generate(prompt, sampling)
+        await settled(bridge)
+        # the files are named by vLLM's block hashes: block 2's is the one to alter
+        (folder,) = (home / "kv").iterdir()
+        files = [folder / f"{key.hex()}.kv" for key in block_keys(prompt, 3)]
+        assert all(f.exists() for f in files), files
+        victim = files[1]
+        data = bytearray(victim.read_bytes())
+        for i in range(len(data) // 2, len(data) // 2 + 64):
+            data[i] ^= 0xFF
+        victim.write_bytes(bytes(data))
+        await flood(bridge, BLOCKS + 2)
+        before = await settled(bridge)
+        again = await bridge.generate(prompt, sampling)
+        after = await settled(bridge)
+        return first, again, before, after, victim
+
+    first, again, before, after, victim = filed.call(run)
+    print(
+        f"one altered file of three: {again.cached_tokens} of {again.prompt_tokens} cached "
+        f"(first block from its file), {after.disk_rejected_blocks - before.disk_rejected_blocks} "
+        f"file rejected and deleted; output {again.output_ids} vs computed {first.output_ids}"
+    )
+    assert after.disk_rejected_blocks - before.disk_rejected_blocks == 1
+    # deleted when found bad; the recomputed block was stored again, and its new file is whole
+    assert read_block(victim, bytes.fromhex(victim.stem), BLOCK_BYTES) is not None
+    assert again.cached_tokens == BLOCK  # block 1 from its file; blocks 2 and 3 recomputed
+    assert again.output_ids == first.output_ids
+
+
+@pytest.mark.engine
+def test_after_the_engine_core_dies_a_session_reloads_its_prefix_from_files(
+    filed: Engine,
+) -> None:
+    bridge = filed.bridge
+
+    async def run() -> tuple[GenerationResult, GenerationResult, TierStats, TierStats]:
+        first = await bridge.generate(_fork(bridge, _context(bridge, 450), "One word?"), ONE)
+        written = await settled(bridge)
+        epoch = bridge.epoch
+        for pid in bridge.engine_core_pids():
+            os.kill(pid, signal.SIGKILL)
+        with anyio.fail_after(600):
+            while bridge.epoch == epoch:  # a request finds the engine dead and restarts it
+                try:
+                    await bridge.wait_ready(600)
+                    await bridge.generate(_fork(bridge, _context(bridge, 10), "Hi?"), ONE)
+                except EngineDied:
+                    pass
+                await anyio.sleep(0.5)
+        second = await bridge.generate(_fork(bridge, first.handle, "And one more?"), ONE)
+        return first, second, written, await settled(bridge)
+
+    first, second, written, after = filed.call(run)
+    print(
+        f"after a SIGKILL of the EngineCore and a restart: turn 2 {second.cached_tokens} of "
+        f"{second.prompt_tokens} cached, {after.disk_read_blocks} blocks read from files "
+        f"(the new engine indexed {after.disk_entries} files, {after.disk_bytes} B)"
+    )
+    assert written.disk_written_blocks >= len(first.handle) // BLOCK
+    assert second.cached_tokens >= full_blocks(first.handle)
+    assert after.disk_read_blocks >= len(first.handle) // BLOCK
+
+
+@pytest.mark.engine
+def test_the_disk_budget_holds_under_a_flood(filed: Engine) -> None:
+    bridge = filed.bridge
+    home = home_of(bridge)
+
+    async def run() -> tuple[TierStats, TierStats]:
+        start = await settled(bridge)
+        await flood(bridge, DISK_BLOCKS * 5 // 4)  # more blocks than the files hold
+        return start, await settled(bridge)
+
+    start, end = filed.call(run)
+    on_disk = sum(tier_files(home).values())
+    print(
+        f"file tier after a 50-block flood: {end.disk_entries} files, {end.disk_bytes} B "
+        f"(peak {end.disk_peak_bytes}) of {end.disk_budget_bytes} B; {on_disk} B on disk; "
+        f"{end.disk_written_blocks - start.disk_written_blocks} written, "
+        f"{end.disk_evicted_blocks - start.disk_evicted_blocks} evicted"
+    )
+    assert end.disk_budget_bytes == DISK_BUDGET
+    assert end.disk_peak_bytes <= end.disk_budget_bytes
+    assert on_disk == end.disk_bytes <= end.disk_budget_bytes
+    assert end.disk_entries == len(tier_files(home)) <= DISK_BLOCKS
+    assert end.disk_evicted_blocks > start.disk_evicted_blocks  # the flood pressed the budget
+    assert end.disk_written_blocks - start.disk_written_blocks > DISK_BLOCKS
+
+
+def test_another_model_dtype_block_size_or_version_is_another_directory(tmp_path: Path) -> None:
+    """Every field of the directory key changes the folder: their files are never found."""
+    base = {
+        "model": "/models/SmolLM2-135M-Instruct",
+        "revision": None,
+        "dtype": "torch.bfloat16",
+        "block_size": 128,
+        "vllm_version": "0.32.0",
+        "hash_algo": "sha256_cbor",
+        "block_bytes": BLOCK_BYTES,
+    }
+    key: Any = directory_key(**base)
+    assert directory_key(**base) == key
+    for field, other in {
+        "model": "/models/Qwen2.5-0.5B",
+        "revision": "abc123",
+        "dtype": "torch.float16",
+        "block_size": 16,
+        "vllm_version": "0.33.0",
+        "hash_algo": "sha256",
+        "block_bytes": BLOCK_BYTES // 2,
+    }.items():
+        assert directory_key(**{**base, field: other}) != key, field
+    # a file written under one key is not in another key's index
+    block = bytes(range(256)) * 4
+    mine = FileIndex(tmp_path / key, 1 << 20, len(block))
+    path = mine.reserve(b"k" * 36)
+    assert path is not None
+    write_block(path, b"k" * 36, [block])
+    mine.complete([b"k" * 36], success=True)
+    other = FileIndex(tmp_path / directory_key(**{**base, "dtype": "torch.float16"}), 1 << 20, 1024)
+    assert other.read(b"k" * 36) is None and mine.read(b"k" * 36) == block
+    # and a restarted index finds it again by name, content checked on read
+    assert FileIndex(tmp_path / key, 1 << 20, len(block)).read(b"k" * 36) == block
+
+
+def test_a_truncated_renamed_or_altered_block_file_is_refused(tmp_path: Path) -> None:
+    block = os.urandom(4096)
+    path = tmp_path / "a.kv"
+    size = write_block(path, b"key-a", [block[:1000], block[1000:]])
+    assert size == path.stat().st_size == file_bytes(b"key-a", len(block))
+    assert read_block(path, b"key-a", len(block)) == block
+    assert read_block(path, b"key-b", len(block)) is None  # another block's name
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-1])
+    assert read_block(path, b"key-a", len(block)) is None  # truncated
+    altered = bytearray(whole)
+    altered[-10] ^= 1
+    path.write_bytes(bytes(altered))
+    assert read_block(path, b"key-a", len(block)) is None  # one bit flipped
+    index = FileIndex(tmp_path / "idx", 3 * file_bytes(b"k0", 10), 10)
+    for i in range(5):
+        target = index.reserve(f"k{i}".encode())
+        assert target is not None
+        write_block(target, f"k{i}".encode(), [bytes(10)])
+        index.complete([f"k{i}".encode()], success=True)
+    assert index.entries == 3 and index.evicted_blocks == 2
+    assert index.used_bytes == index.peak_bytes == 3 * file_bytes(b"k0", 10)
+    assert len(list((tmp_path / "idx").iterdir())) == 3
+
+
+def test_the_file_tier_needs_the_host_tier_and_a_stable_prefix_hash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ValueError, match="host_tier_bytes"):
+        VLLMBridge(disk_tier_bytes=1 << 30, progress=False)
+    with pytest.raises(ValueError, match="disk_tier_bytes"):
+        VLLMBridge(host_tier_bytes=1 << 30, disk_tier_bytes=-1, progress=False)
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    for algo in ("xxhash", "xxhash_cbor"):
+        with pytest.raises(ValueError, match="PYTHONHASHSEED"):
+            VLLMBridge(
+                host_tier_bytes=1 << 30,
+                disk_tier_bytes=1 << 30,
+                engine_args={"prefix_caching_hash_algo": algo},
+                progress=False,
+            )
+    monkeypatch.setenv("PYTHONHASHSEED", "7")  # seeded: every process hashes alike
+    VLLMBridge(
+        host_tier_bytes=1 << 30,
+        disk_tier_bytes=1 << 30,
+        engine_args={"prefix_caching_hash_algo": "xxhash"},
+        progress=False,
+    )
+    bridge = VLLMBridge(host_tier_bytes=1 << 30, disk_tier_bytes=1 << 30, progress=False)
+    args = bridge._engine_arguments()
+    assert args["prefix_caching_hash_algo"] == "sha256_cbor"
+    extra = args["kv_transfer_config"].kv_connector_extra_config
+    assert extra["microagent_disk_bytes"] == 1 << 30
+    assert extra["microagent_disk_root"].endswith("/kv")
+    assert "prefix_caching_hash_algo" not in VLLMBridge(progress=False)._engine_arguments()

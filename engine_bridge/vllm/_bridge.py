@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -28,7 +29,7 @@ import anyio
 from .._bridge import EngineBridge, EngineRequest, EngineStep, SchedulerSnapshot
 from .._errors import EngineBridgeError, EngineDied, EngineUnavailable, RequestRefused
 from .._handle import AdapterRef, KVHandle
-from .._models import DEFAULT_MODEL_NAME, resolve_model
+from .._models import DEFAULT_MODEL_NAME, model_home, resolve_model
 from .._retention import RetentionStats
 from .._types import Sampling
 from . import _compat as compat
@@ -94,7 +95,20 @@ class VLLMBridge(EngineBridge):
             place of ``kv_transfer_config`` / ``kv_offloading_size`` in
             ``engine_args``: giving both is a ``ValueError``. See
             ``docs/tiers.md``; ``tier_stats()`` reports what it holds and moved.
-        home: cache root for the default model (default ``$MICROAGENT_HOME``).
+        disk_tier_bytes: disk budget in bytes of a file tier under the host tier
+            (default 0: off; needs ``host_tier_bytes``). Every block stored in
+            the host tier is written to a file too (write-through), under
+            ``<home>/kv/<directory key>/``, where the key covers the model,
+            ``revision``, KV dtype, block size, vLLM version and prefix hash, so
+            another model or layout misses. Each file carries a blake2b digest
+            checked on read: a bad file is a miss and is deleted. The files
+            outlive the EngineCore: after a restart, a session's prefix loads
+            from them. It needs block hashes that every process computes alike:
+            the bridge sets ``prefix_caching_hash_algo="sha256_cbor"`` unless
+            ``engine_args`` names one, and refuses ``xxhash``/``xxhash_cbor``
+            without ``PYTHONHASHSEED`` (their seed is random per process).
+        home: cache root for the default model and the file tier (default
+            ``$MICROAGENT_HOME``).
         progress: show a progress bar while preparing the default model.
     """
 
@@ -120,6 +134,7 @@ class VLLMBridge(EngineBridge):
         retention_ttl: float | None = 600.0,
         prefill_rate: float | None = None,
         host_tier_bytes: int = 0,
+        disk_tier_bytes: int = 0,
         home: Path | None = None,
         progress: bool = True,
     ) -> None:
@@ -160,6 +175,8 @@ class VLLMBridge(EngineBridge):
                 "give one of them"
             )
         self.host_tier_bytes = host_tier_bytes
+        self.disk_tier_bytes = disk_tier_bytes
+        self.prefix_hash = _stable_prefix_hash(extra, disk_tier_bytes, host_tier_bytes)
         self._expiry_task: asyncio.Task[None] | None = None
         self._expiry_wake = asyncio.Event()
         self._home = home
@@ -249,7 +266,15 @@ class VLLMBridge(EngineBridge):
                 compat.retention_engine_args(self.retention, self.retention_ttl, self.prefill_rate)
             )
         if self.host_tier_bytes:
-            args.update(compat.host_tier_engine_args(self.host_tier_bytes))
+            args.update(
+                compat.host_tier_engine_args(
+                    self.host_tier_bytes,
+                    self.disk_tier_bytes,
+                    str(model_home(self._home) / "kv"),
+                    self.extra_engine_args.get("revision"),
+                    self.prefix_hash,
+                )
+            )
         for key, value in self.extra_engine_args.items():
             if key == "additional_config" and isinstance(args.get(key), dict):
                 value = {**args[key], **dict(value)}
@@ -308,7 +333,11 @@ class VLLMBridge(EngineBridge):
         if not self.host_tier_bytes:
             return TierStats()
         if engine is None or compat.engine_errored(engine):
-            return TierStats(enabled=True, budget_bytes=self.host_tier_bytes)
+            return TierStats(
+                enabled=True,
+                budget_bytes=self.host_tier_bytes,
+                disk_budget_bytes=self.disk_tier_bytes,
+            )
         return TierStats.from_wire(await compat.tier_stats(engine))
 
     async def _start_engine(self) -> None:
@@ -585,6 +614,31 @@ class VLLMBridge(EngineBridge):
         """Wait until an engine is serving (after a restart); raise if it could not start."""
         with anyio.fail_after(timeout):
             await self._ready_engine()
+
+
+def _stable_prefix_hash(extra: Mapping[str, Any], disk_bytes: int, host_bytes: int) -> str | None:
+    """The prefix hash the file tier keys on (None without one); refuses one a restart changes.
+
+    vLLM seeds ``xxhash``/``xxhash_cbor`` with random bytes per process unless
+    ``PYTHONHASHSEED`` is set: the restarted EngineCore would hash every block
+    differently and never hit a file.
+    """
+    if disk_bytes < 0:
+        raise ValueError(f"disk_tier_bytes must be >= 0, got {disk_bytes}")
+    if not disk_bytes:
+        return None
+    if not host_bytes:
+        raise ValueError(
+            "disk_tier_bytes needs host_tier_bytes > 0: the file tier sits under the host tier"
+        )
+    algo = str(extra.get("prefix_caching_hash_algo") or compat.STABLE_HASH)
+    if algo in compat.UNSTABLE_HASHES and os.environ.get("PYTHONHASHSEED") is None:
+        raise ValueError(
+            f"prefix_caching_hash_algo={algo!r} is seeded at random in every process unless "
+            "PYTHONHASHSEED is set, so a file tier would never hit after a restart: set "
+            f"PYTHONHASHSEED, or use {compat.STABLE_HASH!r} (the default with disk_tier_bytes)"
+        )
+    return algo
 
 
 def _shutdown_in_thread(started: asyncio.Future[Any]) -> None:

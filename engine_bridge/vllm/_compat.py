@@ -352,14 +352,30 @@ def retention_engine_args(budget: float, ttl: float | None, prefill_rate: float)
     return {"scheduler_cls": RetainingScheduler, "additional_config": {CONFIG_KEY: settings}}
 
 
-def host_tier_engine_args(budget_bytes: int) -> dict[str, Any]:
-    """Engine arguments that load the host KV tier (``_tier``) with this RAM budget."""
+def host_tier_engine_args(
+    budget_bytes: int,
+    disk_bytes: int = 0,
+    disk_root: str | None = None,
+    revision: str | None = None,
+    hash_algo: str | None = None,
+) -> dict[str, Any]:
+    """Engine arguments that load the host KV tier (``_tier``), and the file tier below it."""
     from vllm.config import KVTransferConfig
 
     from ._tier import connector_config
 
+    config = connector_config(budget_bytes, disk_bytes, disk_root, revision, hash_algo)
+    args: dict[str, Any] = {"kv_transfer_config": KVTransferConfig(**config)}
+    if disk_bytes:  # block hashes that the next process computes alike (see VLLMBridge)
+        args["prefix_caching_hash_algo"] = hash_algo
     # an instance: AsyncEngineArgs does not convert a dict
-    return {"kv_transfer_config": KVTransferConfig(**connector_config(budget_bytes))}
+    return args
+
+
+#: vLLM's prefix hashes whose seed is random per process unless PYTHONHASHSEED is set
+UNSTABLE_HASHES = frozenset({"xxhash", "xxhash_cbor"})
+#: the prefix hash the file tier asks for: canonical CBOR, SHA-256, a fixed seed
+STABLE_HASH = "sha256_cbor"
 
 
 async def tier_stats(engine: Any) -> Any:

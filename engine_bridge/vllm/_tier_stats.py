@@ -1,4 +1,4 @@
-"""What the host KV tier holds and has moved: the numbers ``VLLMBridge.tier_stats()`` returns.
+"""What the KV tiers hold and have moved: the numbers ``VLLMBridge.tier_stats()`` returns.
 
 Kept apart from ``_tier`` (which imports vLLM at module level) so the bridge can
 name the type without loading vLLM's offloading code in the front end.
@@ -13,7 +13,7 @@ import attrs
 
 @attrs.frozen
 class TierStats:
-    """The host (RAM) KV tier below vLLM's device cache, as the EngineCore sees it.
+    """The host (RAM) KV tier below vLLM's device cache and the file tier below it.
 
     Attributes:
         enabled: whether the bridge runs the tier (``host_tier_bytes > 0``).
@@ -28,6 +28,14 @@ class TierStats:
         loaded_blocks / loaded_bytes: copied host -> device, in total.
         evicted_blocks: entries dropped (least recently used first) to make room.
         load_seconds: time spent copying host -> device, in total.
+        disk_budget_bytes: the file tier's disk budget (0: no file tier).
+        disk_directory: the folder its files live in (under ``$MICROAGENT_HOME/kv``).
+        disk_entries / disk_bytes: block files held now, and their bytes on disk.
+        disk_peak_bytes: most bytes ever held (never above ``disk_budget_bytes``).
+        disk_written_blocks: block files written (write-through from the host tier).
+        disk_read_blocks: block files read and found whole (their digest matched).
+        disk_evicted_blocks: files deleted (least recently used first) to stay in budget.
+        disk_rejected_blocks: files found missing, truncated or altered: a miss, deleted.
     """
 
     enabled: bool = False
@@ -43,6 +51,15 @@ class TierStats:
     loaded_bytes: int = 0
     evicted_blocks: int = 0
     load_seconds: float = 0.0
+    disk_budget_bytes: int = 0
+    disk_directory: str = ""
+    disk_entries: int = 0
+    disk_bytes: int = 0
+    disk_peak_bytes: int = 0
+    disk_written_blocks: int = 0
+    disk_read_blocks: int = 0
+    disk_evicted_blocks: int = 0
+    disk_rejected_blocks: int = 0
 
     @classmethod
     def from_wire(cls, data: Mapping[str, object]) -> TierStats:
