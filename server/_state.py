@@ -120,7 +120,11 @@ class ServerState:
 
 
 def engine_for(state: ServerState, name: str | None, param: str = "model") -> EngineBridge:
-    """The engine a request (or an agent: ``param``) names; a 400 naming ``param`` if none."""
+    """The engine a request (or an agent: ``param``) names.
+
+    An unknown request ``model`` is a 404 ``model_not_found`` (what vLLM and OpenAI answer:
+    the SDKs raise ``NotFoundError``); an unknown agent's model is a 400 naming its field.
+    """
     if name is None:
         return next(iter(state.engines.values()))
     found = state.engines.get(name)
@@ -131,7 +135,7 @@ def engine_for(state: ServerState, name: str | None, param: str = "model") -> En
             if bridge.model == name:
                 return bridge
         raise ApiError(
-            400,
+            404 if param == "model" else 400,
             f"unknown model {name!r}; served: {sorted(state.engines)}",
             param=param,
             code="model_not_found",

@@ -41,11 +41,9 @@ def tool_plan(
     parallel_tool_calls: bool | None,
 ) -> ToolPlan | None:
     """The request's tools, checked (a 400 naming the field at fault); ``None`` without tools."""
-    if not tools:
-        if tool_choice not in (None, "none"):
+    if not tools:  # ``tools: []`` is no tools (the OpenAI Agents SDK sends it for every agent)
+        if tool_choice not in (None, "none", "auto"):
             raise bad_request("tool_choice needs tools", "tool_choice")
-        if tools is not None:
-            raise bad_request("tools must not be empty (omit it instead)", "tools")
         return None
     if len(tools) > MAX_TOOLS:
         raise bad_request(f"at most {MAX_TOOLS} tools, got {len(tools)}", "tools")
