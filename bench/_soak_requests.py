@@ -180,7 +180,7 @@ BAD_INPUTS: tuple[tuple[str, dict[str, Any] | bytes, str, int], ...] = (
     ("negative max_tokens", {"max_tokens": -1}, "", 400),
     ("no messages", {"messages": []}, "", 400),
     ("not JSON", b'{"messages": [', "", 400),
-    ("unknown model", {"model": "no-such-model"}, "", 400),
+    ("unknown model", {"model": "no-such-model"}, "", 404),
     ("too many agents", {"agents": [{"name": "a", "count": 100_000}]}, "", 400),
     ("unknown server tool", {"collaboration": {"mode": "debate", "tools": ["nope"]}}, "", 400),
     ("refused parameter", {"logit_bias": {"1": 5}}, "", 400),

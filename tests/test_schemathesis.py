@@ -53,6 +53,13 @@ UNEXPRESSIBLE: dict[str, str] = {
     r"is disabled; start the server with --calculator": (
         "a server option decides whether the calculator may run (compute, auto's calculator)"
     ),
+    r"CPU Generator does not use offset": (
+        "the engine decides: vLLM's CPU backend refuses a seed (issue 39 item 7), a GPU takes it"
+    ),
+    r"runs client code on the server and is disabled; start the server with "
+    r"--allow-code-validators": (
+        "a server option decides whether client code may run (python_tests, wherever it is)"
+    ),
     r"a tool message must answer a tool call": "it refers to an earlier message's call id",
     r"function names must be unique": "uniqueness of one property across array items",
     r"tool_choice names .* not in tools": "it refers to a name in another field",

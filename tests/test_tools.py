@@ -168,7 +168,7 @@ def test_parse_auto_reply_splits_content_from_calls() -> None:
 @pytest.mark.parametrize(
     ("tools", "choice", "param"),
     [
-        ([], None, "tools"),
+        ([], "required", "tool_choice"),  # ``tools: []`` is no tools: nothing to require
         (None, "required", "tool_choice"),
         ([{"type": "retrieval"}], None, "tools[0].type"),
         ([{"type": "function", "function": {"name": "a b"}}], None, "tools[0].function.name"),
