@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,17 +24,11 @@ from typing import Any
 import httpx
 from _accuracy_tasks import Item
 from _collab_engines import SETTINGS, scheduler_args
+from _serve import free_port
 from microagent.testing import wait_healthy
 
 #: seconds one request may take (a collaboration of several agents on a loaded CPU)
 REQUEST_TIMEOUT = 600.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class ServedModel:
@@ -48,7 +41,7 @@ class ServedModel:
     """
 
     def __init__(self, serve_args: list[str], log: Path, engine: str = "vllm") -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self.command = [

@@ -73,7 +73,6 @@ import math
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -89,6 +88,7 @@ import _agents_programs as P  # noqa: E402
 import _agents_report as R  # noqa: E402
 from _agents_trace import turn_record  # noqa: E402
 from _sections import machine  # noqa: E402
+from _serve import free_port  # noqa: E402
 
 RESULTS = HERE / "results"
 IN_PROCESS = "microagent"
@@ -134,12 +134,6 @@ CPU_PROGRAMS = 6
 
 
 # -- the systems -----------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class InProcess:

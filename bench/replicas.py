@@ -33,7 +33,6 @@ import json
 import math
 import os
 import random
-import socket
 import sys
 import time
 from pathlib import Path
@@ -45,6 +44,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _sections import machine, machine_sentence, replace_section  # noqa: E402
+from _serve import free_port  # noqa: E402
 
 RESULTS = HERE / "results"
 ROUTINGS = ("affinity", "serve")
@@ -60,12 +60,6 @@ ENGINE_ARGS = {"vllm": ("--max-num-seqs", "8", "--max-model-len", "2048",
                         "--engine-arg", "num_gpu_blocks_override=32"),
                "scripted": ("--engine-arg", "num_blocks=120", "--engine-arg",
                             "decode_time_per_token=0.01")}  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def words(rng: random.Random, n: int) -> str:

@@ -53,7 +53,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -69,17 +68,12 @@ import _soak_chaos as C  # noqa: E402
 import _soak_report as R  # noqa: E402
 import _soak_requests as Q  # noqa: E402
 from _sections import machine  # noqa: E402
+from _serve import free_port  # noqa: E402
 
 RESULTS = HERE / "results"
 #: the ScriptedEngine's settings unless ``--engine-arg`` gives others
 SCRIPTED_ARGS = ("decode_time_per_token=0.005", "history_limit=64")
 # -- the server and its samples ----------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class SoakServer:
