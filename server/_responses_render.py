@@ -37,7 +37,7 @@ from ._run import (
     run_collaboration,
     turn_done,
 )
-from ._sse import DONE, EventBuffer, SSEResponse, StreamItem
+from ._sse import DONE, EventBuffer, StreamItem
 from ._state import ServerState
 
 
@@ -218,7 +218,7 @@ def stream_completion_response(
     bridge, session = plan.bridge, plan.session
     meter = admitted.meter
     assert meter is not None  # a stream is admitted with one
-    buffer = EventBuffer(state.limits.max_sse_buffer, state.limits.max_sse_bytes)
+    buffer = state.event_buffer()
     events = _Events(buffer)
     shape = ResponseShape(request, plan.stamp.model)
 
@@ -286,13 +286,7 @@ def stream_completion_response(
         events.put(f"response.{status}", response=shape.body(output, status=status, usage=used))
         buf.put(StreamItem(build=lambda _t: DONE))
 
-    return SSEResponse(
-        produce,
-        buffer,
-        on_close=admitted.release,
-        track=state.drain.track,
-        send_timeout=state.limits.sse_send_timeout,
-    )
+    return state.sse_response(produce, buffer, admitted.release)
 
 
 def stream_collaboration_response(
@@ -302,7 +296,7 @@ def stream_collaboration_response(
     collaboration ends (its agents' progress is on the chat route's stream)."""
     meter = admitted.meter
     assert meter is not None
-    buffer = EventBuffer(state.limits.max_sse_buffer, state.limits.max_sse_bytes)
+    buffer = state.event_buffer()
     events = _Events(buffer)
     shape = ResponseShape(request, plan.stamp.model)
 
@@ -336,10 +330,4 @@ def stream_collaboration_response(
         events.put("response.completed", response=final)
         buf.put(StreamItem(build=lambda _t: DONE))
 
-    return SSEResponse(
-        produce,
-        buffer,
-        on_close=admitted.release,
-        track=state.drain.track,
-        send_timeout=state.limits.sse_send_timeout,
-    )
+    return state.sse_response(produce, buffer, admitted.release)

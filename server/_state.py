@@ -6,6 +6,8 @@ request (parse, plan, admit, run, render); nothing else is shared between them.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import attrs
 from starlette.requests import Request
 
@@ -17,7 +19,7 @@ from ._metrics import ServerMetrics
 from ._quota import KeyQuota, Quotas, key_id
 from ._sessions import Sessions
 from ._shutdown import Drain
-from ._sse import DEFAULT_MAX_BYTES, DEFAULT_SEND_TIMEOUT
+from ._sse import DEFAULT_MAX_BYTES, DEFAULT_SEND_TIMEOUT, EventBuffer, SSEResponse
 
 
 @attrs.frozen(kw_only=True)
@@ -117,6 +119,26 @@ class ServerState:
     api_keys: int = 0
     #: collaborations running per API key id
     key_collaborations: dict[str, int] = attrs.Factory(dict)
+
+    def event_buffer(self) -> EventBuffer:
+        """A stream's buffer, bounded by this server's limits (events and bytes)."""
+        return EventBuffer(self.limits.max_sse_buffer, self.limits.max_sse_bytes)
+
+    def sse_response(
+        self,
+        produce: Callable[[EventBuffer], Awaitable[None]],
+        buffer: EventBuffer,
+        on_close: Callable[[], None],
+    ) -> SSEResponse:
+        """A stream ``produce`` fills through ``buffer``: tracked by the drain, and cut
+        when its client reads nothing for this server's send timeout."""
+        return SSEResponse(
+            produce,
+            buffer,
+            on_close=on_close,
+            track=self.drain.track,
+            send_timeout=self.limits.sse_send_timeout,
+        )
 
 
 def engine_for(state: ServerState, name: str | None, param: str = "model") -> EngineBridge:

@@ -28,7 +28,7 @@ from ._run import (
     run_collaboration,
     turn_done,
 )
-from ._sse import DONE, EventBuffer, SSEResponse, StreamItem
+from ._sse import DONE, EventBuffer, StreamItem
 from ._state import ServerState
 
 
@@ -47,7 +47,7 @@ def stream_completion(state: ServerState, plan: CompletionPlan, admitted: Admitt
     meter = admitted.meter
     assert meter is not None  # a stream is admitted with one
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    buffer = EventBuffer(state.limits.max_sse_buffer, state.limits.max_sse_bytes)
+    buffer = state.event_buffer()
     totals = [0, 0, 0]
     top = body.top_logprobs or 0
 
@@ -136,13 +136,7 @@ def stream_completion(state: ServerState, plan: CompletionPlan, admitted: Admitt
             buf.put(fixed(stamp.chunk([], usage=usage(*totals))))
         buf.put(fixed(DONE))
 
-    return SSEResponse(
-        produce,
-        buffer,
-        on_close=admitted.release,
-        track=state.drain.track,
-        send_timeout=state.limits.sse_send_timeout,
-    )
+    return state.sse_response(produce, buffer, admitted.release)
 
 
 def stream_collaboration(
@@ -155,7 +149,7 @@ def stream_collaboration(
     meter = admitted.meter
     assert meter is not None  # a stream is admitted with one
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    buffer = EventBuffer(state.limits.max_sse_buffer, state.limits.max_sse_bytes)
+    buffer = state.event_buffer()
     answer_sent = [False]
 
     def empty(event: dict[str, Any]) -> dict[str, Any]:
@@ -262,10 +256,4 @@ def stream_collaboration(
             )
         )
     )
-    return SSEResponse(
-        produce,
-        buffer,
-        on_close=admitted.release,
-        track=state.drain.track,
-        send_timeout=state.limits.sse_send_timeout,
-    )
+    return state.sse_response(produce, buffer, admitted.release)
