@@ -14,13 +14,12 @@ with the gaps the programs' turns have shown as their next use.
 from __future__ import annotations
 
 import statistics
-import uuid
 from typing import Any
 
 import anyio
 import attrs
 import pytest
-from _engine import RealEngine
+from _engine import RealEngine, unique_context
 from microagent.engine_bridge import (
     EngineBridge,
     GenerationResult,
@@ -242,19 +241,7 @@ def test_the_simple_loop_hits_on_the_real_engine(real_engine: RealEngine) -> Non
     )
 
     def first(i: int) -> KVHandle:
-        nonce = uuid.uuid4().hex
-        n = REAL.context // 2
-        while True:
-            doc = " ".join(WORDS[(k * 7 + i) % len(WORDS)] for k in range(n))
-            ctx = bridge.chat.context(
-                [
-                    {"role": "system", "content": "You are a careful analyst."},
-                    {"role": "user", "content": f"Case {nonce}. Read this log:\n{doc}"},
-                ]
-            )
-            if len(ctx) >= REAL.context:
-                return bridge.chat.generation_prompt(ctx)
-            n += max(1, (REAL.context - len(ctx)) // 2)
+        return bridge.chat.generation_prompt(unique_context(bridge, REAL.context))
 
     def tool(handle: KVHandle, i: int, turn: int) -> KVHandle:
         words = " ".join(WORDS[(k + turn) % len(WORDS)] for k in range(25))
