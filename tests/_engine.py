@@ -120,7 +120,7 @@ def _document(nonce: str, n_words: int) -> str:
     return f"Case {nonce}. " + " ".join(words) + "."
 
 
-def unique_context(
+def _context(
     bridge: VLLMBridge, min_tokens: int, accept: Callable[[KVHandle], bool] = lambda _: True
 ) -> KVHandle:
     """A chat context of at least ``min_tokens`` tokens, unique to this call.

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import attrs
 import pytest
-from _engine import RealEngine, unique_context
+from _engine import RealEngine, _context
 from microagent.engine_bridge import (
     EngineBridge,
     GenerationResult,
@@ -241,7 +241,7 @@ def test_the_simple_loop_hits_on_the_real_engine(real_engine: RealEngine) -> Non
     )
 
     def first(i: int) -> KVHandle:
-        return bridge.chat.generation_prompt(unique_context(bridge, REAL.context))
+        return bridge.chat.generation_prompt(_context(bridge, REAL.context))
 
     def tool(handle: KVHandle, i: int, turn: int) -> KVHandle:
         words = " ".join(WORDS[(k + turn) % len(WORDS)] for k in range(25))
