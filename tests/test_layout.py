@@ -16,7 +16,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "microagent"
-LAYERS = ("mailbox", "engine_bridge", "actors", "collab", "server", "cluster", "testing")
+LAYERS = (
+    "mailbox",
+    "engine_bridge",
+    "actors",
+    "collab",
+    "server",
+    "evaluation",
+    "cluster",
+    "testing",
+)
 
 #: What each layer may import of the other layers (type-checking imports included).
 ALLOWED: dict[str, set[str]] = {
@@ -25,6 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "actors": {"mailbox", "engine_bridge"},
     "collab": {"mailbox", "engine_bridge", "actors"},
     "server": {"mailbox", "engine_bridge", "actors", "collab"},
+    "evaluation": {"mailbox", "engine_bridge", "actors", "collab", "server"},
     "cluster": {"mailbox", "engine_bridge", "actors", "collab", "server"},
     "testing": {"engine_bridge"},
 }
