@@ -20,7 +20,7 @@ from pathlib import Path
 
 import anyio
 from microagent import AgentSpec, EngineBridge, Outcome, VLLMBridge, collaborate
-from microagent.server import LiveView, open_engines, quiet_engine_logs, summary_table
+from microagent.console import LiveView, open_engines, quiet_engine_logs, summary_table
 
 HERE = Path(__file__).parent
 DEFAULT_FILE = HERE / "data" / "inventory.py"

@@ -31,7 +31,7 @@ from microagent import (
     handles,
     register_mode,
 )
-from microagent.server import open_engines, quiet_engine_logs
+from microagent.console import open_engines, quiet_engine_logs
 
 
 @attrs.frozen

@@ -13,7 +13,7 @@ import sys
 
 import anyio
 from microagent import AgentSpec, EngineBridge, Outcome, VLLMBridge, collaborate
-from microagent.server import open_engines, quiet_engine_logs
+from microagent.console import open_engines, quiet_engine_logs
 
 PROBLEMS = [
     ("Tom has 3 apples and buys 4 more. How many apples does he have?", "7"),

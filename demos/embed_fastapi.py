@@ -59,7 +59,7 @@ if __name__ == "__main__":
     import sys
 
     import uvicorn
-    from microagent.server import quiet_engine_logs
+    from microagent.console import quiet_engine_logs
 
     quiet_engine_logs("--verbose" in sys.argv)  # vLLM's and torch's logs go to a file
     uvicorn.run(create_app(), host="127.0.0.1", port=8001, loop="uvloop")

@@ -26,7 +26,7 @@ from microagent import (
     collaborate,
     load_roles,
 )
-from microagent.server import open_engines, quiet_engine_logs
+from microagent.console import open_engines, quiet_engine_logs
 
 HERE = Path(__file__).parent
 TASK = "Write a Python function is_palindrome(s) that ignores case and spaces."

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import anyio
 from microagent import EngineBridge, Outcome, RemoteBridge, VLLMBridge
 from microagent.collab import EventCallback, cascade
-from microagent.server import open_engines, quiet_engine_logs
+from microagent.console import open_engines, quiet_engine_logs
 
 QUESTIONS = [
     "Is 17 a prime number? Answer yes or no.",

@@ -14,7 +14,7 @@ import sys
 
 import anyio
 from microagent import EngineBridge, Outcome, VLLMBridge, json_schema_validator, reflect
-from microagent.server import open_engines, quiet_engine_logs
+from microagent.console import open_engines, quiet_engine_logs
 
 SCHEMA = {
     "type": "object",

@@ -20,7 +20,7 @@ from typing import Literal
 import anyio
 from microagent import AgentSpec, EngineBridge, Outcome, VLLMBridge, collaborate
 from microagent.collab import CollaborationEvent, McpServer, Tool, mcp_tools
-from microagent.server import open_engines, quiet_engine_logs
+from microagent.console import open_engines, quiet_engine_logs
 
 STOCK = {"apples": 12, "pears": 0, "plums": 7}
 QUESTION = "Can we ship 5 pears today? Check the stock first."

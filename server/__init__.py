@@ -2,8 +2,8 @@
 
 ``create_app(engines)`` builds the FastAPI app over already-built engine
 bridges (with the browser view at ``/ui``); ``microagent serve`` builds vLLM
-bridges and runs it on uvloop. ``quiet_engine_logs``, ``open_engines`` and
-``LiveView`` make a quiet terminal for scripts that start an engine.
+bridges and runs it on uvloop. The terminal display (``quiet_engine_logs``,
+``open_engines``, ``LiveView``) lives in ``microagent.console``.
 ``served_app`` builds what ``microagent serve``'s options (``serve_options``)
 describe without starting it: ``microagent.cluster`` runs one per Ray Serve replica.
 """
@@ -18,14 +18,7 @@ from ._cli_args import serve_keys as serve_keys
 from ._cli_args import serve_options as serve_options
 from ._errors import ApiError as ApiError
 from ._guard import Guard as Guard
-from ._live import LiveView as LiveView
-from ._live import summary_table as summary_table
 from ._metrics import ServerMetrics as ServerMetrics
-from ._progress import EngineStart as EngineStart
-from ._progress import EngineStartFailed as EngineStartFailed
-from ._progress import open_engines as open_engines
-from ._quiet import EngineLog as EngineLog
-from ._quiet import quiet_engine_logs as quiet_engine_logs
 from ._quota import Admission as Admission
 from ._quota import KeyQuota as KeyQuota
 from ._quota import Quotas as Quotas
@@ -45,13 +38,9 @@ __all__ = [
     "ChatCompletionRequest",
     "CliError",
     "CollaborationModel",
-    "EngineLog",
-    "EngineStart",
-    "EngineStartFailed",
     "EventBuffer",
     "Guard",
     "KeyQuota",
-    "LiveView",
     "Quotas",
     "ServedApp",
     "ServerLimits",
@@ -60,13 +49,10 @@ __all__ = [
     "collaboration_response",
     "create_app",
     "key_id",
-    "open_engines",
-    "quiet_engine_logs",
     "serve_keys",
     "serve_options",
     "served_app",
     "sse_error_ending",
-    "summary_table",
 ]
 
 _publish(globals(), __name__)

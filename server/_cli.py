@@ -28,6 +28,16 @@ from ..collab import (
     plot_timeline,
 )
 from ..collab.trace import otlp_tracing
+from ..console import (
+    EngineLog,
+    EngineStartFailed,
+    LiveView,
+    log_level,
+    open_engines,
+    quiet_engine_logs,
+    showing,
+    summary_table,
+)
 from ..engine_bridge import (
     EngineBridge,
     EngineBridgeError,
@@ -37,10 +47,6 @@ from ..engine_bridge import (
     resolve_model,
 )
 from ._cli_args import KV_TIER_ENGINE_ARGS, build_parser, engine_value, serve_keys
-from ._live import LiveView as LiveView
-from ._live import summary_table as summary_table
-from ._progress import EngineStartFailed, open_engines, showing
-from ._quiet import EngineLog, log_level, quiet_engine_logs
 from ._remote import make_remotes
 
 if TYPE_CHECKING:

@@ -276,7 +276,7 @@ def test_run_verbose_shows_the_libraries_output() -> None:
 
 
 def test_engine_errors_are_one_line_with_the_cause(tmp_path: Path) -> None:
-    from microagent.server import EngineLog
+    from microagent.console import EngineLog
 
     log_file = tmp_path / "engine.log"
     log_file.write_text(

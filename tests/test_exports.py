@@ -20,6 +20,7 @@ PUBLIC_PACKAGES = (
     "microagent",
     "microagent.mailbox",
     "microagent.engine_bridge",
+    "microagent.console",
     "microagent.actors",
     "microagent.collab",
     "microagent.collab.graph",

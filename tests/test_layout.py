@@ -19,6 +19,7 @@ PACKAGE = "microagent"
 LAYERS = (
     "mailbox",
     "engine_bridge",
+    "console",
     "actors",
     "collab",
     "server",
@@ -31,11 +32,12 @@ LAYERS = (
 ALLOWED: dict[str, set[str]] = {
     "mailbox": set(),
     "engine_bridge": set(),
+    "console": {"engine_bridge"},  # the terminal display: no web framework, no collaboration
     "actors": {"mailbox", "engine_bridge"},
     "collab": {"mailbox", "engine_bridge", "actors"},
-    "server": {"mailbox", "engine_bridge", "actors", "collab"},
-    "evaluation": {"mailbox", "engine_bridge", "actors", "collab", "server"},
-    "cluster": {"mailbox", "engine_bridge", "actors", "collab", "server"},
+    "server": {"mailbox", "engine_bridge", "console", "actors", "collab"},
+    "evaluation": {"mailbox", "engine_bridge", "console", "actors", "collab", "server"},
+    "cluster": {"mailbox", "engine_bridge", "console", "actors", "collab", "server"},
     "testing": {"engine_bridge"},
 }
 #: Where a chat template's own tokens may be written down.
