@@ -14,6 +14,10 @@ interleaved by repetition:
   f"agent/{pid}", next_use=<the tool's median>, scope=f"agent/{pid}"),
   priority=<arrival number>)``, the next prompt the previous result's handle
   extended by the tool result (``bridge.chat``), released when the program ends;
+* ``microagent-tier``: the same with a host KV tier of ``TIER_RATIO`` x the device
+  blocks (``VLLMBridge(host_tier_bytes=...)``), driven by the sessions' events
+  (``tier_policy="sessions"``); ``microagent-tier-lru``: that tier under vLLM's stock
+  policy (write-through, least recently used; retention as without a tier);
 * ``microagent-http``: ``microagent serve`` in a child process, an unmodified
   openai-SDK chat loop that re-sends the whole conversation each turn with
   ``prompt_cache_key=<program id>``;
@@ -22,7 +26,9 @@ interleaved by repetition:
 * ``vllm``: the same loop (no session field) against
   ``python -m vllm.entrypoints.openai.api_server`` with prefix caching;
 * ``vllm-priority``: the same with ``--scheduling-policy priority``, the client
-  sending ``extra_body={"priority": <arrival number>}``.
+  sending ``extra_body={"priority": <arrival number>}``;
+* ``vllm-equal-ram``: ``vllm`` given device blocks equal to the tiered systems'
+  device plus host blocks: what the tier adds beyond the same RAM as cache.
 
 With ``--engine scripted`` the vLLM servers are skipped and the microagent servers
 run ``--engine scripted``. Tool results go back as user messages in every system
@@ -92,9 +98,14 @@ from _serve import free_port  # noqa: E402
 
 RESULTS = HERE / "results"
 IN_PROCESS = "microagent"
+#: in process with the host KV tier: its session policy, and vLLM's stock LRU policy
+TIERED = ("microagent-tier", "microagent-tier-lru")
 MICROAGENT_HTTP = ("microagent-http", "microagent-http-nokey")
-VLLM_SERVERS = ("vllm", "vllm-priority")
-SYSTEMS = (IN_PROCESS, *MICROAGENT_HTTP, *VLLM_SERVERS)
+VLLM_SERVERS = ("vllm", "vllm-priority", "vllm-equal-ram")
+SYSTEMS = (IN_PROCESS, *TIERED, *MICROAGENT_HTTP, *VLLM_SERVERS)
+#: host-tier blocks per device block for the tiered systems; ``vllm-equal-ram`` gets
+#: device blocks equal to their device plus host blocks (the same RAM, all of it device)
+TIER_RATIO = 1.0
 DEFAULT_SYSTEMS = (IN_PROCESS, "microagent-http", *VLLM_SERVERS)
 #: Engine settings every system gets; ``max_model_len`` is the ceiling (SmolLM2-135M's own
 #: context, 8 192): a run sizes it to the longest program its scaled shapes can make
@@ -136,14 +147,29 @@ CPU_PROGRAMS = 6
 # -- the systems -----------------------------------------------------------------------------
 
 
+def kv_bytes_per_token() -> int:
+    """Bytes of K and V one token takes in the default model's cache (every layer)."""
+    import microagent
+
+    config = json.loads((Path(microagent.resolve_model("default")) / "config.json").read_text())
+    heads = config.get("num_key_value_heads", config["num_attention_heads"])
+    head_dim = config.get("head_dim", config["hidden_size"] // config["num_attention_heads"])
+    width = {"bfloat16": 2, "float16": 2, "float32": 4}[config.get("torch_dtype", "bfloat16")]
+    return 2 * config["num_hidden_layers"] * heads * head_dim * width
+
+
 class InProcess:
-    """``microagent`` in process: one bridge, each turn retained until the tool returns."""
+    """``microagent`` in process: one bridge, each turn retained until the tool returns.
 
-    name = IN_PROCESS
+    ``microagent-tier``: the same with a host KV tier of ``TIER_RATIO`` x the device
+    blocks and its session policy; ``microagent-tier-lru``: that tier with vLLM's stock
+    policy (write-through, least recently used), so what the tool events add shows.
+    """
 
-    def __init__(self, engine: str, blocks: int, settings: dict[str, int]) -> None:
-        self.engine, self.blocks, self.settings = engine, blocks, settings
+    def __init__(self, engine: str, blocks: int, settings: dict[str, int], name: str) -> None:
+        self.engine, self.blocks, self.settings, self.name = engine, blocks, settings, name
         self.bridge: Any = None
+        self.host_blocks = round(blocks * TIER_RATIO) if name in TIERED else 0
 
     async def open(self) -> None:
         if self.engine == "scripted":
@@ -160,6 +186,13 @@ class InProcess:
             from microagent import VLLMBridge
 
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+            tier: dict[str, Any] = {}
+            if self.host_blocks:
+                block_bytes = kv_bytes_per_token() * _engine_block()
+                tier = {
+                    "host_tier_bytes": self.host_blocks * block_bytes,
+                    "tier_policy": "lru" if self.name == "microagent-tier-lru" else "sessions",
+                }
             self.bridge = VLLMBridge(
                 "default",
                 max_num_seqs=self.settings["max_num_seqs"],
@@ -167,6 +200,7 @@ class InProcess:
                 max_num_batched_tokens=self.settings["max_num_batched_tokens"],
                 engine_args={"num_gpu_blocks_override": self.blocks},
                 progress=False,
+                **tier,
             )
         await self.bridge.open()
 
@@ -227,12 +261,23 @@ class InProcess:
 
     async def counters(self) -> dict[str, float | None]:
         stats = self.bridge.stats()
-        return {
+        out: dict[str, float | None] = {
             "preemptions": stats.preemptions,
             "queue_s": None,
             "retained_hit_tokens": stats.retained_hit_tokens,
             "recomputed_tokens": stats.recomputed_tokens,
         }
+        if self.host_blocks and self.engine != "scripted":
+            tier = await self.bridge.tier_stats()
+            out |= {
+                "tier_ram_bytes": tier.capacity_bytes,
+                "tier_stored_blocks": tier.stored_blocks,
+                "tier_loaded_blocks": tier.loaded_blocks,
+                "tier_loaded_bytes": tier.loaded_bytes,
+                "tier_evicted_blocks": tier.evicted_blocks,
+                "tier_load_s": tier.load_seconds,
+            }
+        return out
 
 
 class ChatLoop:
@@ -421,11 +466,13 @@ class VllmHttp:
         from _collab_engines import SERVED_NAME, Server
 
         priority = self.name == "vllm-priority"
+        # the tiered systems' RAM (device + host blocks), all of it device
+        blocks = self.blocks + round(self.blocks * TIER_RATIO) * (self.name == "vllm-equal-ram")
         extra = [
             "--max-num-seqs", str(self.settings["max_num_seqs"]),
             "--max-model-len", str(self.settings["max_model_len"]),
             "--max-num-batched-tokens", str(self.settings["max_num_batched_tokens"]),
-            "--num-gpu-blocks-override", str(self.blocks),
+            "--num-gpu-blocks-override", str(blocks),
             "--enable-prompt-tokens-details",
         ]  # fmt: skip
         if priority:
@@ -465,8 +512,8 @@ class VllmHttp:
 
 def make_system(name: str, engine: str, blocks: int, settings: dict[str, int], out: Path) -> Any:
     log = out / f"agents-{name}.log"
-    if name == IN_PROCESS:
-        return InProcess(engine, blocks, settings)
+    if name == IN_PROCESS or name in TIERED:
+        return InProcess(engine, blocks, settings, name)
     if name in MICROAGENT_HTTP:
         return MicroagentHttp(name, engine, blocks, settings, log)
     return VllmHttp(name, blocks, settings, log)
@@ -517,6 +564,8 @@ async def run_cell(system: Any, programs: Sequence[P.Program], timeout: float) -
     counters = {
         k: None if before[k] is None or after[k] is None else after[k] - before[k] for k in before
     }
+    if "tier_ram_bytes" in after:  # a size, not a count
+        counters["tier_ram_bytes"] = after["tier_ram_bytes"]
     return {"programs": records, "wall_s": round(wall, 3), **counters}
 
 
@@ -817,10 +866,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if scripted:
             args.systems = [IN_PROCESS, *MICROAGENT_HTTP]
     if scripted:
-        skipped = [s for s in args.systems if s in VLLM_SERVERS]
+        skipped = [s for s in args.systems if s in VLLM_SERVERS or s in TIERED]
         if skipped:
-            print(f"--engine scripted: skipping {', '.join(skipped)} (vLLM's own server)")
-        args.systems = [s for s in args.systems if s not in VLLM_SERVERS]
+            print(f"--engine scripted: skipping {', '.join(skipped)} (vLLM's server or tier)")
+        args.systems = [s for s in args.systems if s not in skipped]
     args.shapes = args.shapes or list(P.SHAPES)
     args.reps = args.reps or (1 if args.quick else 3)
     # the full run's defaults on a CPU engine (``CPU_SCALE``); a GPU's are the shapes' own

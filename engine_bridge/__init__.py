@@ -41,6 +41,7 @@ from ._salt import salt_for as salt_for
 from ._salt import set_cache_salt as set_cache_salt
 from ._scripted import ScriptedEngine as ScriptedEngine
 from ._step_cost import StepCost as StepCost
+from ._tier_stats import TierStats as TierStats
 from ._tokenizer import ToyTokenizer as ToyTokenizer
 from ._tool_calls import TOOL_NAME as TOOL_NAME
 from ._tool_calls import TOOL_NAME_PATTERN as TOOL_NAME_PATTERN
@@ -61,7 +62,6 @@ from ._types import Timings as Timings
 from ._types import TokenDelta as TokenDelta
 from ._types import TokenLogprob as TokenLogprob
 from .remote import RemoteBridge as RemoteBridge
-from .vllm import TierStats as TierStats
 from .vllm import VLLMBridge as VLLMBridge
 
 __all__ = [

@@ -27,6 +27,7 @@ from ._handle import AdapterRef, KVHandle
 from ._programs import ProgramOrder
 from ._retention import Retain, RetentionStats
 from ._salt import current_cache_salt
+from ._tier_stats import TierStats
 from ._types import (
     EngineStats,
     FinishReason,
@@ -515,6 +516,11 @@ class EngineBridge(abc.ABC):
         if not self.retention_enabled:
             return RetentionStats()
         return await self._retention_stats()
+
+    async def tier_stats(self) -> TierStats:
+        """What the KV tiers below the engine's cache hold and have moved
+        (``enabled=False``: the engine runs none)."""
+        return TierStats()
 
     def _on_retained(self) -> None:  # noqa: B027 - a hook, empty unless an engine needs it
         """A request's blocks were retained (an engine may schedule their expiry)."""

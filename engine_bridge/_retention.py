@@ -137,6 +137,20 @@ class Retain:
             return None
 
 
+def expected_wait(retained_at: float, next_use: float | None, now: float) -> float:
+    """Seconds until an owner that expected to come back ``next_use`` seconds after
+    ``retained_at`` reads its handle again (inf: no hint).
+
+    A late owner (past its expected next use) is expected to be as late again:
+    under heavy-tailed tool durations the time already waited is the best guess
+    of the time still to wait.
+    """
+    if next_use is None:
+        return float("inf")
+    due = retained_at + next_use
+    return due - now if due >= now else now - due
+
+
 @attrs.frozen
 class RetentionStats:
     """An engine's retention accounting.
@@ -176,16 +190,8 @@ class _Entry(Generic[B]):
     cap: int | None = None
 
     def remaining(self, now: float) -> float:
-        """Expected seconds until the owner reads it again (inf: no hint).
-
-        A late owner (past its expected next use) is expected to be as late
-        again: under heavy-tailed tool durations the time already waited is
-        the best guess of the time still to wait.
-        """
-        if self.next_use is None:
-            return float("inf")
-        due = self.retained_at + self.next_use
-        return due - now if due >= now else now - due
+        """Expected seconds until the owner reads it again (``expected_wait``)."""
+        return expected_wait(self.retained_at, self.next_use, now)
 
 
 @attrs.define(eq=False)
@@ -205,6 +211,14 @@ class RetentionTable(Generic[B]):
         keep_factor: an entry is worth keeping while its expected next use is
             at most this many times its recompute time away.
         min_hold: ... or at most this many seconds away.
+        copy_rate: with a KV tier below the cache, the tokens per second it copies
+            back (None: no tier). An entry whose blocks the tier holds
+            (``copied(blocks)``) costs a copy to lose, not a recompute: it is worth
+            keeping only while its next use is within ``keep_factor`` copy times,
+            so a session waiting on its tool gives its device blocks to the work
+            that is ready (demoted, not dropped), and ``min_hold`` does not apply.
+        ended: told each entry's key and cause when the entry ends (the tier's
+            policy forgets a released session, keeps a demoted one).
     """
 
     budget: int
@@ -215,6 +229,9 @@ class RetentionTable(Generic[B]):
     prefill_rate: float = 300.0
     keep_factor: float = DEFAULT_KEEP_FACTOR
     min_hold: float = DEFAULT_MIN_HOLD
+    copy_rate: float | None = None
+    copied: Callable[[Sequence[B]], bool] | None = None
+    ended: Callable[[str, ReleaseCause], None] | None = None
     _entries: dict[str, _Entry[B]] = attrs.field(factory=dict, init=False)
     _holders: Counter[B] = attrs.field(factory=Counter, init=False)
     _released: Counter[str] = attrs.field(factory=Counter, init=False)
@@ -433,8 +450,11 @@ class RetentionTable(Generic[B]):
 
     # -- policy --------------------------------------------------------------------------
     def _worth(self, entry: _Entry[B], now: float) -> bool:
-        recompute = len(entry.blocks) * self.block_tokens / self.prefill_rate
-        horizon = max(self.min_hold, self.keep_factor * recompute)
+        tokens = len(entry.blocks) * self.block_tokens
+        if self.copy_rate and (self.copied is None or self.copied(entry.blocks)):
+            horizon = self.keep_factor * tokens / self.copy_rate
+        else:
+            horizon = max(self.min_hold, self.keep_factor * tokens / self.prefill_rate)
         return entry.remaining(now) <= horizon
 
     def _victim(
@@ -482,5 +502,7 @@ class RetentionTable(Generic[B]):
             if self._holders[block] <= 0:
                 del self._holders[block]
         self._released[cause] += 1
+        if self.ended is not None:
+            self.ended(entry.key, cause)
         if free:
             self.free(entry.blocks[::-1])  # tail first: the head stays cached longest

@@ -203,8 +203,9 @@ class ScriptedEngine(EngineBridge):
             default_ttl=retention_ttl,
             # what recomputing an entry costs here, as the vLLM scheduler reckons it
             block_tokens=block_size,
-            **({"prefill_rate": 1.0 / per_token} if per_token > 0 else {}),
         )
+        if per_token > 0:
+            self._retention.prefill_rate = 1.0 / per_token
         self._reset_pool()
 
     # -- lifecycle -------------------------------------------------------------------

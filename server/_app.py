@@ -207,11 +207,14 @@ def create_app(
         state.metrics.collaborations_running = state.collaborations
         state.metrics.requests_running = state.requests
         retention = {}
+        tiers = {}
         for name, bridge in state.engines.items():
             with contextlib.suppress(Exception):  # a restarting engine reports nothing
                 retention[name] = await bridge.retention_stats()
+                tiers[name] = await bridge.tier_stats()
         return PlainTextResponse(
-            state.metrics.render(state.engines, retention), media_type="text/plain; version=0.0.4"
+            state.metrics.render(state.engines, retention, tiers),
+            media_type="text/plain; version=0.0.4",
         )
 
     @app.post(

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from ..engine_bridge import EngineBridge, RetentionStats
+from ..engine_bridge import EngineBridge, RetentionStats, TierStats
 
 _Labels = tuple[tuple[str, str], ...]
 
@@ -118,11 +118,13 @@ class ServerMetrics:
         self,
         engines: Mapping[str, EngineBridge],
         retention: Mapping[str, RetentionStats] | None = None,
+        tiers: Mapping[str, TierStats] | None = None,
     ) -> str:
         """The Prometheus text exposition of every counter and gauge.
 
-        ``retention`` holds each engine's retention stats (read from the engine
-        process by the caller: ``await bridge.retention_stats()``).
+        ``retention`` and ``tiers`` hold each engine's retention and KV-tier stats
+        (read from the engine process by the caller: ``await bridge.retention_stats()``,
+        ``await bridge.tier_stats()``).
         """
         lines: list[str] = []
         for family in self._families.values():
@@ -188,7 +190,20 @@ class ServerMetrics:
             )
         lines += self._lifecycle_lines(engines)
         lines += self._retention_lines(engines, retention or {})
+        lines += self._tier_lines(tiers or {})
         return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _tier_lines(tiers: Mapping[str, TierStats]) -> list[str]:
+        """The host and file KV tiers of the engines that run one (``TIER_SERIES``)."""
+        lines: list[str] = []
+        for family, (kind, text, field) in TIER_SERIES.items():
+            lines += [f"# HELP {family} {text}", f"# TYPE {family} {kind}"]
+            for name, stats in sorted(tiers.items()):
+                if stats.enabled:
+                    value = getattr(stats, field)
+                    lines.append(f'{family}{{model="{_escape(name)}"}} {_number(value)}')
+        return lines
 
     @staticmethod
     def _lifecycle_lines(engines: Mapping[str, EngineBridge]) -> list[str]:
@@ -252,6 +267,58 @@ class ServerMetrics:
             lines += [f"# HELP {family} {text}", f"# TYPE {family} {kind}", *values]
         return lines
 
+
+#: ``/metrics`` family -> (kind, help, ``TierStats`` field), per engine with a tier.
+TIER_SERIES: dict[str, tuple[str, str, str]] = {
+    "microagent_tier_capacity_bytes": ("gauge", "Host KV tier RAM allocated.", "capacity_bytes"),
+    "microagent_tier_blocks": ("gauge", "KV blocks the host tier holds.", "entries"),
+    "microagent_tier_held_sessions": (
+        "gauge",
+        "Sessions whose host-tier blocks are kept for them (waiting on a tool).",
+        "held_sessions",
+    ),
+    "microagent_tier_stored_bytes_total": (
+        "counter",
+        "Bytes copied from the device cache to the host tier.",
+        "stored_bytes",
+    ),
+    "microagent_tier_loaded_blocks_total": (
+        "counter",
+        "KV blocks loaded back into the device cache from the tiers (tier hits).",
+        "loaded_blocks",
+    ),
+    "microagent_tier_loaded_bytes_total": (
+        "counter",
+        "Bytes copied from the host tier back to the device cache.",
+        "loaded_bytes",
+    ),
+    "microagent_tier_load_seconds_total": (
+        "counter",
+        "Time spent loading tier blocks back into the device cache.",
+        "load_seconds",
+    ),
+    "microagent_tier_evicted_blocks_total": (
+        "counter",
+        "Host-tier blocks dropped to make room.",
+        "evicted_blocks",
+    ),
+    "microagent_tier_held_evicted_blocks_total": (
+        "counter",
+        "Host-tier blocks of waiting sessions dropped (no cold block was left).",
+        "held_evicted_blocks",
+    ),
+    "microagent_tier_disk_bytes": ("gauge", "Bytes the file tier holds.", "disk_bytes"),
+    "microagent_tier_disk_read_blocks_total": (
+        "counter",
+        "File-tier blocks read back and found whole.",
+        "disk_read_blocks",
+    ),
+    "microagent_tier_disk_rejected_blocks_total": (
+        "counter",
+        "File-tier blocks found missing, truncated or altered (a miss).",
+        "disk_rejected_blocks",
+    ),
+}
 
 _UNLABELLED = {
     "microagent_prompt_tokens_total",

@@ -35,6 +35,7 @@ from microagent.engine_bridge import (
     KVHandle,
     Retain,
     Sampling,
+    TierStats,
     VLLMBridge,
     cache_salt,
     resolve_model,
@@ -46,7 +47,6 @@ from microagent.engine_bridge.vllm._file_tier import (
     read_block,
     write_block,
 )
-from microagent.engine_bridge.vllm._tier_stats import TierStats
 
 BLOCK = 128
 BLOCKS = 12
@@ -252,6 +252,47 @@ def test_the_host_budget_holds_under_a_flood(tiered: Engine) -> None:
     # the flood really pressed the budget: the tier dropped entries to stay within it
     assert end.evicted_blocks > start.evicted_blocks
     assert end.stored_blocks - start.stored_blocks > HOST_BLOCKS
+
+
+@pytest.mark.engine
+def test_a_demoted_session_outlives_a_host_flood_and_reloads(tiered: Engine) -> None:
+    """A session waiting on its tool is demoted when the device needs room (its retention
+    ends, its host copy stays held), then a flood larger than the host tier passes through:
+    vLLM's LRU would drop the session's blocks (the oldest), the session policy drops the
+    flood's. Its next turn reloads every full block and computes at most one block."""
+    bridge = tiered.bridge
+
+    async def run() -> tuple[GenerationResult, GenerationResult, TierStats, dict[str, int]]:
+        before = (await bridge.retention_stats()).released
+        first = await bridge.generate(
+            _fork(bridge, _context(bridge, 450), "One word?"),
+            ONE,
+            retain=Retain("tier/waiting", next_use=60.0),
+        )
+        await settled(bridge)
+        # needs more device blocks than are free beside the retained session: it is demoted
+        await bridge.generate(_fork(bridge, _context(bridge, 950), "One word?"), ONE)
+        demoted = (await bridge.retention_stats()).released
+        await flood(bridge, HOST_BLOCKS * 5 // 4)  # more than the host tier holds
+        start = await settled(bridge)
+        second = await bridge.generate(_fork(bridge, first.handle, "And one more?"), ONE)
+        after = await settled(bridge)
+        await bridge.release("tier/waiting")
+        ended = {c: demoted.get(c, 0) - before.get(c, 0) for c in ("admission", "budget")}
+        return first, second, delta(after, start), ended
+
+    first, second, moved, ended = tiered.call(run)
+    computed = second.prompt_tokens - second.cached_tokens
+    print(
+        f"demoted ({ended}), then a flood of {HOST_BLOCKS * 5 // 4} blocks into "
+        f"{HOST_BLOCKS}: next turn {second.cached_tokens} cached, {computed} computed, "
+        f"{moved.loaded_blocks} blocks loaded"
+    )
+    assert sum(ended.values()) >= 1  # the retention really ended to make room
+    assert second.cached_tokens >= full_blocks(first.handle)
+    assert computed <= BLOCK + 1
+    assert moved.loaded_blocks == full_blocks(first.handle) // BLOCK
+    assert moved.loaded_bytes == moved.loaded_blocks * BLOCK_BYTES
 
 
 def test_retention_holds_with_the_connector_and_async_scheduling(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ Only this package imports vLLM (``tests/test_layout.py`` checks it); the rest of
 engine layer speaks the ``EngineBridge`` contract of ``engine_bridge._bridge``.
 """
 
+from .._tier_stats import TierStats as TierStats
 from ._bridge import VLLMBridge as VLLMBridge
-from ._tier_stats import TierStats as TierStats
 
 __all__ = ["TierStats", "VLLMBridge"]

@@ -31,9 +31,9 @@ from .._errors import EngineBridgeError, EngineDied, EngineUnavailable, RequestR
 from .._handle import AdapterRef, KVHandle
 from .._models import DEFAULT_MODEL_NAME, model_home, resolve_model
 from .._retention import RetentionStats
+from .._tier_stats import TierStats
 from .._types import Sampling
 from . import _compat as compat
-from ._tier_stats import TierStats
 
 if TYPE_CHECKING:
     from .._chat import ChatComposer
@@ -107,6 +107,15 @@ class VLLMBridge(EngineBridge):
             the bridge sets ``prefix_caching_hash_algo="sha256_cbor"`` unless
             ``engine_args`` names one, and refuses ``xxhash``/``xxhash_cbor``
             without ``PYTHONHASHSEED`` (their seed is random per process).
+        tier_policy: which host-tier blocks go first when it is full:
+            ``"sessions"`` (default) keeps the blocks of sessions waiting on a tool
+            (retained, or demoted from the device cache to make room) and drops
+            cold blocks first, least recently used first, then the session whose
+            next use is furthest; and a retained session whose blocks the tier
+            holds gives up its device blocks to waiting work after a few copy
+            times instead of 30 s (losing them costs a copy). ``"lru"`` is vLLM's
+            stock policy (write-through, least recently used) with retention as
+            without a tier. See ``docs/tiers.md``.
         home: cache root for the default model and the file tier (default
             ``$MICROAGENT_HOME``).
         progress: show a progress bar while preparing the default model.
@@ -135,6 +144,7 @@ class VLLMBridge(EngineBridge):
         prefill_rate: float | None = None,
         host_tier_bytes: int = 0,
         disk_tier_bytes: int = 0,
+        tier_policy: Literal["sessions", "lru"] = "sessions",
         home: Path | None = None,
         progress: bool = True,
     ) -> None:
@@ -176,6 +186,9 @@ class VLLMBridge(EngineBridge):
             )
         self.host_tier_bytes = host_tier_bytes
         self.disk_tier_bytes = disk_tier_bytes
+        if tier_policy not in ("sessions", "lru"):
+            raise ValueError(f"tier_policy must be 'sessions' or 'lru', got {tier_policy!r}")
+        self.tier_policy = tier_policy
         self.prefix_hash = _stable_prefix_hash(extra, disk_tier_bytes, host_tier_bytes)
         self._expiry_task: asyncio.Task[None] | None = None
         self._expiry_wake = asyncio.Event()
@@ -273,6 +286,7 @@ class VLLMBridge(EngineBridge):
                     str(model_home(self._home) / "kv"),
                     self.extra_engine_args.get("revision"),
                     self.prefix_hash,
+                    self.tier_policy,
                 )
             )
         for key, value in self.extra_engine_args.items():

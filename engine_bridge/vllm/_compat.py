@@ -358,13 +358,14 @@ def host_tier_engine_args(
     disk_root: str | None = None,
     revision: str | None = None,
     hash_algo: str | None = None,
+    policy: str = "sessions",
 ) -> dict[str, Any]:
     """Engine arguments that load the host KV tier (``_tier``), and the file tier below it."""
     from vllm.config import KVTransferConfig
 
     from ._tier import connector_config
 
-    config = connector_config(budget_bytes, disk_bytes, disk_root, revision, hash_algo)
+    config = connector_config(budget_bytes, disk_bytes, disk_root, revision, hash_algo, policy)
     args: dict[str, Any] = {"kv_transfer_config": KVTransferConfig(**config)}
     if disk_bytes:  # block hashes that the next process computes alike (see VLLMBridge)
         args["prefix_caching_hash_algo"] = hash_algo

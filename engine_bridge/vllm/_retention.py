@@ -48,14 +48,16 @@ import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from vllm.v1.core.kv_cache_utils import get_block_hash
+from vllm.v1.core.kv_cache_utils import get_block_hash, get_group_id
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine.core import EngineCore
+from vllm.v1.kv_offload.base import OffloadKey, make_offload_key
 from vllm.v1.request import Request, RequestStatus
 
-from .._retention import Retain, RetentionTable
+from .._retention import ReleaseCause, Retain, RetentionTable
+from ._tier_policy import SessionPolicy
 
 #: ``SamplingParams.extra_args`` key of a request's ``Retain`` mark.
 EXTRA_ARGS_KEY = "microagent_retain"
@@ -65,6 +67,12 @@ CONFIG_KEY = "microagent_retention"
 RELEASE_UTILITY = "microagent_release"
 STATS_UTILITY = "microagent_retention_stats"
 EXPIRE_UTILITY = "microagent_expire"
+
+#: Tokens per second the host tier copies back into the device cache (measured on the
+#: 2-core CPU: 3 blocks of 128 tokens in 10-60 ms; a GPU's PCIe copy is faster still).
+DEFAULT_COPY_RATE = 10_000.0
+#: Why a retention may end while its session still waits: it was demoted to the tier.
+DEMOTIONS: tuple[ReleaseCause, ...] = ("admission", "budget")
 
 _RETAINED_STATUSES = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
 
@@ -94,6 +102,9 @@ class RetainingScheduler(Scheduler):
         fraction = float(settings.get("budget", 0.5))
         ttl = settings.get("ttl")
         pool = self.kv_cache_manager.block_pool
+        #: the host tier's session-driven eviction policy (None: no tier, or vLLM's LRU)
+        self.tier_policy = _session_policy(self.connector)
+        tiered = self.tier_policy is not None
         # entries hold block ids: a retained block (ref_cnt > 0) is never reassigned
         self.retention: RetentionTable[int] = RetentionTable(
             budget=int(pool.num_gpu_blocks * fraction),
@@ -101,6 +112,9 @@ class RetainingScheduler(Scheduler):
             default_ttl=float(ttl) if ttl is not None else None,
             block_tokens=int(self.block_size),
             prefill_rate=float(settings.get("prefill_rate", 300.0)),
+            copy_rate=float(settings.get("copy_rate", DEFAULT_COPY_RATE)) if tiered else None,
+            copied=self._in_tier if tiered else None,
+            ended=self._tier_ended if tiered else None,
         )
 
         # a running request's next blocks come before any retention: vLLM would
@@ -157,7 +171,43 @@ class RetainingScheduler(Scheduler):
             self._retained_fences.update(dict.fromkeys(kept, self.sched_step_seq))
         else:
             self.kv_cache_manager.block_pool.free_blocks(blocks[full:][::-1])
-        self.retention.retain(retain, kept, time.monotonic(), rank=request.priority)
+        now = time.monotonic()
+        self.retention.retain(retain, kept, now, rank=request.priority)
+        if self.tier_policy is not None:  # demoted or not, the host copy is kept for it
+            ttl = retain.ttl if retain.ttl is not None else self.retention.default_ttl
+            self.tier_policy.hold(
+                retain.key,
+                self._offload_keys(kept),
+                now=now,
+                next_use=retain.next_use,
+                expires=None if ttl is None else now + ttl,
+            )
+
+    # -- the host tier: sessions demoted, not dropped -----------------------------------------
+    def _offload_keys(self, block_ids: Sequence[int]) -> list[OffloadKey]:
+        blocks = self.kv_cache_manager.block_pool.blocks
+        keys = []
+        for i in block_ids:
+            block_hash = blocks[i].block_hash
+            if block_hash is not None:
+                keys.append(make_offload_key(get_block_hash(block_hash), get_group_id(block_hash)))
+        return keys
+
+    def _in_tier(self, block_ids: Sequence[int]) -> bool:
+        """Whether the host tier holds every one of these blocks (losing them costs a copy)."""
+        policy = self.tier_policy
+        assert policy is not None
+        keys = self._offload_keys(block_ids)
+        return len(keys) == len(block_ids) and all(
+            (c := policy.get(k)) is not None and c.is_ready for k in keys
+        )
+
+    def _tier_ended(self, key: str, cause: str) -> None:
+        """A retention ended: a demoted session keeps its host copy held; any other forgets."""
+        policy = self.tier_policy
+        assert policy is not None
+        if cause not in DEMOTIONS:
+            policy.forget([key])
 
     # -- admission: a retention never makes a request wait --------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
@@ -267,11 +317,22 @@ def _retain_of(request: Request) -> Retain | None:
     return Retain.from_wire(extra.get(EXTRA_ARGS_KEY))
 
 
+def _session_policy(connector: object) -> SessionPolicy | None:
+    """The host tier's ``SessionPolicy`` behind vLLM's connector, if it runs one."""
+    scheduler_side = getattr(connector, "connector_scheduler", None)
+    manager = getattr(scheduler_side, "manager", None)
+    policy = getattr(manager, "_policy", None)
+    return policy if isinstance(policy, SessionPolicy) else None
+
+
 def _release(core: EngineCore, keys: list[str], prefix: str | None) -> int:
     scheduler = core.scheduler
     if not isinstance(scheduler, RetainingScheduler):
         return 0
-    return scheduler.retention.release(keys, prefix=prefix)
+    ended = scheduler.retention.release(keys, prefix=prefix)
+    if scheduler.tier_policy is not None:  # demoted sessions are no longer in the table
+        scheduler.tier_policy.forget(keys, prefix=prefix)
+    return ended
 
 
 def _expire(core: EngineCore) -> float | None:
@@ -282,6 +343,8 @@ def _expire(core: EngineCore) -> float | None:
     table = scheduler.retention
     now = time.monotonic()
     table.expire(now)
+    if scheduler.tier_policy is not None:
+        scheduler.tier_policy.expire(now)
     due = table.next_expiry()
     return None if due is None else max(0.0, due - now)
 

@@ -74,8 +74,9 @@ from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 from vllm.v1.outputs import KVConnectorOutput
 
+from .._tier_stats import TierStats
 from ._file_tier import FileIndex, directory_key, write_block
-from ._tier_stats import TierStats
+from ._tier_policy import SessionPolicy
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,11 @@ REVISION_KEY = "microagent_revision"
 HASH_ALGO_KEY = "microagent_hash_algo"
 #: Name of the EngineCore utility that reports ``TierStats`` as a dict.
 STATS_UTILITY = "microagent_tier_stats"
+#: ``kv_connector_extra_config`` key of the host index's eviction policy: ``"sessions"``
+#: (``SessionPolicy``: the agents' waiting sessions go last) or vLLM's stock ``"lru"``
+POLICY_KEY = "microagent_tier_policy"
+SESSIONS_POLICY = "sessions"
+POLICIES = (SESSIONS_POLICY, "lru")
 CONNECTOR_NAME = "HostTierConnector"
 SPEC_NAME = "HostTierSpec"
 
@@ -117,8 +123,23 @@ class HostIndex(CPUOffloadingManager):
     below it (None: none); a key missing from RAM is looked up there.
     """
 
-    def __init__(self, num_chunks: int, entry_bytes: int, files: FileIndex | None = None) -> None:
-        super().__init__(num_chunks=num_chunks, cache_policy="lru")
+    def __init__(
+        self,
+        num_chunks: int,
+        entry_bytes: int,
+        files: FileIndex | None = None,
+        policy: str = SESSIONS_POLICY,
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"{POLICY_KEY} must be one of {POLICIES}, got {policy!r}")
+        if policy == SESSIONS_POLICY:
+            super().__init__(
+                num_chunks=num_chunks,
+                cache_policy=SessionPolicy.__name__,
+                cache_policy_module_path=SessionPolicy.__module__,
+            )
+        else:
+            super().__init__(num_chunks=num_chunks, cache_policy=policy)
         self.capacity = num_chunks
         self.entry_bytes = entry_bytes
         self.files = files
@@ -291,7 +312,12 @@ class HostTierSpec(OffloadingSpec):
                 files = FileIndex(
                     self.directory, self.disk_bytes, self.config.worker_kv_bytes_per_block
                 )
-            self._manager = HostIndex(self.num_chunks, self.chunk_bytes * workers, files)
+            self._manager = HostIndex(
+                self.num_chunks,
+                self.chunk_bytes * workers,
+                files,
+                str(self.extra_config.get(POLICY_KEY, SESSIONS_POLICY)),
+            )
         return self._manager
 
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
@@ -496,8 +522,22 @@ class HostTierConnector(OffloadingConnector):
             loaded_bytes=self.loaded_bytes,
             evicted_blocks=index.evicted_blocks,
             load_seconds=self.load_seconds,
+            **_policy_stats(index),
             **_file_stats(index.files),
         )
+
+
+def _policy_stats(index: HostIndex) -> dict[str, Any]:
+    policy = index._policy
+    if not isinstance(policy, SessionPolicy):
+        return {"policy": "lru"}
+    return {
+        "policy": SESSIONS_POLICY,
+        "held_sessions": policy.sessions,
+        "held_blocks": policy.held_keys,
+        "cold_evicted_blocks": policy.cold_evictions,
+        "held_evicted_blocks": policy.held_evictions,
+    }
 
 
 def _file_stats(files: FileIndex | None) -> dict[str, Any]:
@@ -522,6 +562,7 @@ def connector_config(
     disk_root: str | None = None,
     revision: str | None = None,
     hash_algo: str | None = None,
+    policy: str = SESSIONS_POLICY,
 ) -> dict[str, Any]:
     """``KVTransferConfig`` fields that load the host tier (and the file tier below it)."""
     files: dict[str, Any] = {}
@@ -540,6 +581,7 @@ def connector_config(
             "spec_name": SPEC_NAME,
             "spec_module_path": __name__,
             BUDGET_KEY: int(budget_bytes),
+            POLICY_KEY: policy,
             # an agent's own output is the next turn's prefix: store it too
             "offload_prompt_only": False,
             **files,

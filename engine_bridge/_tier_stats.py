@@ -1,7 +1,8 @@
 """What the KV tiers hold and have moved: the numbers ``VLLMBridge.tier_stats()`` returns.
 
-Kept apart from ``_tier`` (which imports vLLM at module level) so the bridge can
-name the type without loading vLLM's offloading code in the front end.
+Part of the engine contract (``EngineBridge.tier_stats``), kept apart from
+``vllm._tier`` (which imports vLLM at module level) so the front end can name the
+type without loading vLLM's offloading code.
 """
 
 from __future__ import annotations
@@ -26,8 +27,14 @@ class TierStats:
         peak_entries: most blocks ever held at once (never above ``capacity_blocks``).
         stored_blocks / stored_bytes: copied device -> host, in total.
         loaded_blocks / loaded_bytes: copied host -> device, in total.
-        evicted_blocks: entries dropped (least recently used first) to make room.
+        evicted_blocks: entries dropped to make room.
         load_seconds: time spent copying host -> device, in total.
+        policy: which entries go first: ``"sessions"`` (cold blocks, least recently
+            used first, then those of the waiting session due back last) or ``"lru"``.
+        held_sessions / held_blocks: sessions whose blocks the policy keeps for them
+            now (retained on the device, or demoted from it), and their distinct blocks.
+        cold_evicted_blocks / held_evicted_blocks: evictions of blocks no session
+            held, and of blocks a session held (only once no cold block was left).
         disk_budget_bytes: the file tier's disk budget (0: no file tier).
         disk_directory: the folder its files live in (under ``$MICROAGENT_HOME/kv``).
         disk_entries / disk_bytes: block files held now, and their bytes on disk.
@@ -51,6 +58,11 @@ class TierStats:
     loaded_bytes: int = 0
     evicted_blocks: int = 0
     load_seconds: float = 0.0
+    policy: str = ""
+    held_sessions: int = 0
+    held_blocks: int = 0
+    cold_evicted_blocks: int = 0
+    held_evicted_blocks: int = 0
     disk_budget_bytes: int = 0
     disk_directory: str = ""
     disk_entries: int = 0
