@@ -108,14 +108,26 @@ class ToolPlan:
             f'"arguments": <arguments-object>}}{CALL_CLOSE}'
         )
 
-    def call_schema(self) -> dict[str, Any]:
-        """The JSON schema of one call to one of the offered functions."""
+    def call_schema(self, budget: int | None = None) -> dict[str, Any]:
+        """The JSON schema of one call to one of the offered functions.
+
+        ``budget``: the reply's ``max_tokens`` when the whole reply is the call. Its free
+        strings are then bounded so that the call closes within it (``string_bound``):
+        under a grammar the default model runs a string on (a digit per token) until
+        the budget cuts the call, and a cut call is no call.
+        """
         branches = [
             {
                 "type": "object",
                 "properties": {
                     "name": {"enum": [t.name]},
-                    "arguments": bounded_strings(t.parameters) or {"type": "object"},
+                    "arguments": bounded_strings(
+                        t.parameters,
+                        ARGUMENT_STRING_LENGTH
+                        if budget is None
+                        else string_bound(t.name, t.parameters, budget),
+                    )
+                    or {"type": "object"},
                 },
                 "required": ["name", "arguments"],
                 "additionalProperties": False,
@@ -125,11 +137,15 @@ class ToolPlan:
         return branches[0] if len(branches) == 1 else {"anyOf": branches}
 
     def constrain(self, sampling: Sampling) -> Sampling:
-        """``sampling`` with the constraint that keeps this plan's calls valid."""
+        """``sampling`` with the constraint that keeps this plan's calls valid.
+
+        ``required`` and a named function: the grammar is the call itself (its first
+        token opens the call), sized to close within ``sampling.max_tokens``.
+        """
         if not self.active:
             return sampling
         if self.whole_reply:
-            schema = self.call_schema()
+            schema = self.call_schema(sampling.max_tokens)
             if self.parallel is True:
                 schema = {
                     "type": "array",
@@ -179,8 +195,10 @@ class ToolPlan:
         return (text, []) if complete else (content, [])
 
 
-def bounded_strings(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``schema`` whose free strings are at most ``ARGUMENT_STRING_LENGTH`` long.
+def bounded_strings(
+    schema: Mapping[str, Any], limit: int = ARGUMENT_STRING_LENGTH
+) -> dict[str, Any]:
+    """A copy of ``schema`` whose free strings are at most ``limit`` characters long.
 
     A small model under a grammar can write a string argument that never ends (a
     digit run, a repeated word) until ``max_tokens`` cuts the call. A string with
@@ -194,15 +212,66 @@ def bounded_strings(schema: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(node, Mapping):
             return node
         out = {k: walk(v) for k, v in node.items()}
-        types = out.get("type")
-        strings = types == "string" or (isinstance(types, list) and "string" in types)
-        if strings and not any(
-            k in out for k in ("maxLength", "pattern", "format", "enum", "const")
-        ):
-            out["maxLength"] = ARGUMENT_STRING_LENGTH
+        if _free_string(out):
+            out["maxLength"] = limit
         return out
 
     return dict(walk(schema))
+
+
+def string_bound(name: str, parameters: Mapping[str, Any], budget: int) -> int:
+    """The longest free string argument (at most ``ARGUMENT_STRING_LENGTH``) that lets a
+    call to ``name`` close within ``budget`` tokens, each free string written in full.
+
+    The grammar allows no free whitespace, and a token is at least one character, so a
+    string of n characters costs at most n tokens; the call's other text (names, keys,
+    punctuation) is counted as half its characters (it runs at about three a token on
+    the default model's tokenizer), a string the client bounded itself as 16 at most.
+    """
+    chars, free = _skeleton(parameters)
+    frame = len(json.dumps({"name": name, "arguments": {}}, separators=(",", ":"))) - 2
+    room = budget - (frame + chars + 1) // 2
+    return max(1, min(ARGUMENT_STRING_LENGTH, room // max(1, free)))
+
+
+def _free_string(node: Mapping[str, Any]) -> bool:
+    types = node.get("type")
+    strings = types == "string" or (isinstance(types, list) and "string" in types)
+    bounded = any(k in node for k in ("maxLength", "pattern", "format", "enum", "const"))
+    return strings and not bounded
+
+
+def _skeleton(node: object) -> tuple[int, int]:
+    """A compact instance of ``node``'s characters beside its free strings, and how many
+    free strings it writes (an array's items once, a choice's widest branch)."""
+    if not isinstance(node, Mapping):
+        return 4, 0
+    if "const" in node:
+        return len(json.dumps(node["const"])), 0
+    if isinstance(node.get("enum"), list) and node["enum"]:
+        return max(len(json.dumps(v)) for v in node["enum"]), 0
+    branches = node.get("anyOf") or node.get("oneOf")
+    if isinstance(branches, list) and branches:
+        sizes = [_skeleton(b) for b in branches]
+        return max(c for c, _ in sizes), max(f for _, f in sizes)
+    if _free_string(node):
+        return 2, 1
+    types = node.get("type")
+    kind = types[0] if isinstance(types, list) and types else types
+    if kind == "string":
+        length = node.get("maxLength")  # the client's own bound: it may hold the budget
+        return 2 + min(length if isinstance(length, int) else 16, 16), 0
+    if kind == "object" or isinstance(node.get("properties"), Mapping):
+        props = node.get("properties")
+        chars, free = 2, 0
+        for key, child in props.items() if isinstance(props, Mapping) else ():
+            c, f = _skeleton(child)
+            chars, free = chars + len(json.dumps(key)) + 2 + c, free + f
+        return chars, free
+    if kind == "array":
+        c, f = _skeleton(node.get("items"))
+        return 2 + c, f
+    return 5, 0
 
 
 def _whole_items(text: str) -> list[Mapping[str, Any]]:

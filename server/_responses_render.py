@@ -155,8 +155,11 @@ def completion_response(
 ) -> dict[str, Any]:
     """A finished plain completion's ``response`` object."""
     shape = ResponseShape(request, plan.stamp.model)
-    output = output_items(shape, message.get("content"), list(message.get("tool_calls") or []))
+    content, calls = message.get("content"), list(message.get("tool_calls") or [])
     status = "incomplete" if finish == "length" else "completed"
+    # a reply cut before it wrote anything (a required call cut by the budget) has no
+    # output: an empty message would read as a (blank) answer
+    output = output_items(shape, content, calls) if content or calls or finish != "length" else []
     return shape.body(output, status=status, usage=used)
 
 
@@ -265,7 +268,7 @@ def stream_completion_response(
         finally:
             admitted.release()
         output: list[dict[str, Any]] = []
-        if sent or not made:
+        if sent or not (made or result.finish_reason == "length"):
             if not sent:
                 events.open_message(shape)
             output.append(events.close_message(shape, "".join(sent)))

@@ -24,6 +24,7 @@ from microagent.engine_bridge._tool_calls import (
     CALL_CLOSE,
     CALL_OPEN,
     MAX_PARALLEL_CALLS,
+    string_bound,
 )
 from microagent.server import ApiError
 from microagent.server._tools import tool_plan
@@ -99,6 +100,33 @@ def test_free_string_arguments_are_bounded_and_the_clients_bounds_kept() -> None
     assert args["tags"]["items"]["maxLength"] == ARGUMENT_STRING_LENGTH
     assert "maxLength" not in args["code"] and args["note"]["maxLength"] == 500
     assert "maxLength" not in params["properties"]["city"]  # the client's schema is not touched
+
+
+def test_a_whole_reply_call_is_sized_to_close_within_max_tokens() -> None:
+    """A required call's free strings shrink with ``max_tokens``: the default model runs a
+    string on a token a character, and a call cut by the budget is no call."""
+    plan = tool_plan([WEATHER], "required", None)
+    assert plan is not None
+    bounds = []
+    for budget in (16, 40, 64, 256):
+        schema = json.loads(plan.constrain(Sampling(max_tokens=budget)).json_schema or "")
+        bound = schema["properties"]["arguments"]["properties"]["city"]["maxLength"]
+        assert bound == string_bound("get_weather", WEATHER["function"]["parameters"], budget)
+        # the longest call it allows, counted a token a character, fits the budget
+        worst = json.dumps(
+            {"name": "get_weather", "arguments": {"city": "x" * bound, "unit": "fahrenheit"}},
+            separators=(",", ":"),
+        )
+        assert bound + (len(worst) - bound + 1) // 2 <= budget or bound == 1
+        bounds.append(bound)
+    assert bounds == sorted(bounds) and bounds[0] < bounds[2] < ARGUMENT_STRING_LENGTH
+    assert bounds[-1] == ARGUMENT_STRING_LENGTH  # a roomy budget keeps the usual bound
+    auto = tool_plan([WEATHER], "auto", None)
+    assert auto is not None  # an auto call follows free text: the budget says nothing of it
+    tagged = auto.constrain(Sampling(max_tokens=16)).tagged
+    assert tagged is not None
+    city = json.loads(tagged.schema)["properties"]["arguments"]["properties"]["city"]
+    assert city["maxLength"] == ARGUMENT_STRING_LENGTH
 
 
 def test_a_cut_reply_keeps_its_whole_calls_and_never_shows_a_partial_one() -> None:
