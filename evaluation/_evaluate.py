@@ -116,6 +116,12 @@ class EvalReport:
         }
 
 
+def _first(group: BaseExceptionGroup[Exception]) -> Exception:
+    """The first leaf error of a task group's failure."""
+    first = group.exceptions[0]
+    return _first(first) if isinstance(first, BaseExceptionGroup) else first
+
+
 def _key(runner: Runner, candidate: Candidate, max_tokens: int, item: EvalItem) -> JournalKey:
     return (runner.label, f"{candidate.fingerprint()}:{max_tokens}", item.key)
 
@@ -187,6 +193,8 @@ async def evaluate(
         async with anyio.create_task_group() as tg:
             for _ in range(min(concurrency, len(todo))):
                 tg.start_soon(worker)
+    except ExceptionGroup as group:  # the first worker's error, as the runner raised it
+        raise _first(group) from group
     finally:
         if writer is not None:
             writer.close()
