@@ -14,13 +14,13 @@ Question sets (deterministic for a seed):
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from _collab_tasks import _CAPITALS, task_set, wilson
+from _collab_tasks import _CAPITALS, task_set
 from microagent.collab._tally import StopRule, adaptive_vote
+from microagent.evaluation import PairedTable, wilson
 
 __all__ = ["Item", "easy_set", "mc_set", "mcnemar", "replay", "wilson"]
 
@@ -93,16 +93,8 @@ def mcnemar(a: Sequence[bool], b: Sequence[bool]) -> dict[str, float]:
     binomial probability, under no difference, of a split of the discordant
     items at least as uneven as the one seen.
     """
-    if len(a) != len(b):
-        raise ValueError("paired outcomes must have the same length")
-    a_only = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
-    b_only = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
-    n = a_only + b_only
-    if n == 0:
-        return {"a_only": 0, "b_only": 0, "p": 1.0}
-    k = min(a_only, b_only)
-    tail = sum(math.comb(n, j) for j in range(k + 1)) / 2**n
-    return {"a_only": a_only, "b_only": b_only, "p": min(1.0, 2 * tail)}
+    table = PairedTable.of(a, b)  # raises on outcomes of different lengths
+    return {"a_only": table.only_candidate, "b_only": table.only_greedy, "p": table.p}
 
 
 def replay(

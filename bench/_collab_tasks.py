@@ -8,7 +8,6 @@ environment too (standard library only).
 from __future__ import annotations
 
 import itertools
-import math
 import random
 import re
 from collections.abc import Iterable, Sequence
@@ -227,17 +226,6 @@ def majority(answers: Iterable[str], choices: Sequence[str]) -> str:
         return ""
     order = {c: i for i, c in enumerate(choices)}
     return min(counts, key=lambda a: (-counts[a], order.get(a, len(order))))
-
-
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval (95 % by default) of a proportion; (0, 1) when n = 0."""
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def ideal_prefill(

@@ -62,8 +62,8 @@ from _quality_report_families import (
     REPORT_MAX_TOKENS,
     report_family_items,
 )
-from microagent.collab._tally import normalize_answer
 from microagent.collab._validators import extract_json, json_schema_validator
+from microagent.evaluation import names_in
 
 __all__ = [
     "EXTRACT_SCHEMA",
@@ -350,14 +350,7 @@ def _names_only(reply: str, truth: str, others: Sequence[str]) -> bool:
     capitals is wrong.
     """
 
-    def names(text: str) -> bool:
-        want = normalize_answer(text).split()
-        got = normalize_answer(reply).split()
-        return bool(want) and any(
-            got[i : i + len(want)] == want for i in range(len(got) - len(want) + 1)
-        )
-
-    return names(truth) and not any(names(o) for o in others if o != truth)
+    return names_in(reply, truth) and not any(names_in(reply, o) for o in others if o != truth)
 
 
 def _last_number(reply: str, truth: str) -> bool:

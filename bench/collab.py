@@ -341,7 +341,7 @@ def accuracy_summary(
     rows: list[dict[str, Any]], choices_of: dict[int, tuple[str, ...]]
 ) -> list[dict[str, Any]]:
     """Accuracy with Wilson intervals and mean completion tokens per question, per method."""
-    from _collab_tasks import wilson
+    from microagent.evaluation import wilson
 
     methods: list[dict[str, Any]] = []
     for k in (1, 3, 5, 9):

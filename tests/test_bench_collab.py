@@ -64,14 +64,6 @@ def test_majority_uses_the_choice_order_to_break_ties() -> None:
     assert T.majority(["", ""], ["a", "b"]) == ""
 
 
-def test_wilson_interval() -> None:
-    lo, hi = T.wilson(0, 10)
-    assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-3)
-    lo, hi = T.wilson(50, 100)
-    assert lo == pytest.approx(0.4038, abs=1e-3) and hi == pytest.approx(0.5962, abs=1e-3)
-    assert T.wilson(0, 0) == (0.0, 1.0)
-
-
 def test_ideal_prefill_counts_the_context_once_and_suffixes_in_blocks() -> None:
     ctx = list(range(300))
     forks = [(ctx + [1000 + i] * 10, [7] * 20) for i in range(3)]
