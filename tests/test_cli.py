@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from microagent.server._cli import build_parser, main
+from microagent.cli import build_parser, main
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,8 @@ def test_serve_options_parse() -> None:
 
 
 def test_the_scripted_engine_takes_its_timing_from_engine_args() -> None:
-    from microagent.server._cli import CliError, make_bridges
+    from microagent.server import CliError
+    from microagent.server._served import make_bridges
 
     argv = ["serve", "--engine", "scripted", "--engine-arg", "decode_time_per_token=0.01"]
     (engine,) = make_bridges(build_parser().parse_args(argv))
@@ -72,7 +73,8 @@ def test_kv_tier_budgets_reach_the_bridge_and_one_tier_is_said_one_way(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from microagent.engine_bridge import VLLMBridge
-    from microagent.server._cli import CliError, make_bridges
+    from microagent.server import CliError
+    from microagent.server._served import make_bridges
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--help"])

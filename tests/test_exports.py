@@ -28,6 +28,7 @@ PUBLIC_PACKAGES = (
     "microagent.collab.trace",
     "microagent.server",
     "microagent.cluster",
+    "microagent.cli",
     "microagent.testing",
 )
 

@@ -22,9 +22,9 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from microagent.cli import build_parser
 from microagent.engine_bridge import EngineBridge, KVHandle, RequestRefused, Sampling
 from microagent.server import EventBuffer, ServerLimits
-from microagent.server._cli_args import build_parser
 from microagent.server._sse import SSE_ITEM_BYTES, StreamItem
 from microagent.testing import ScriptedEngine
 from test_server_helpers import LiveServer, eventually, live_server, scripted

@@ -25,6 +25,7 @@ LAYERS = (
     "server",
     "evaluation",
     "cluster",
+    "cli",
     "testing",
 )
 
@@ -40,6 +41,8 @@ ALLOWED: dict[str, set[str]] = {
     "cluster": {"mailbox", "engine_bridge", "console", "actors", "collab", "server"},
     "testing": {"engine_bridge"},
 }
+#: The command line is the top layer: it may import every other.
+ALLOWED["cli"] = set(LAYERS) - {"cli"}
 #: Where a chat template's own tokens may be written down.
 CHAT_LITERAL = re.compile(
     r"<\|(?:im_end|im_start|endoftext|eot_id|start_header_id|end_header_id)\|>|</s>"
@@ -129,6 +132,18 @@ def test_layers_import_only_downwards(path: Path) -> None:
         if other is None or other == layer:
             continue
         assert other in ALLOWED[layer], f"{module_name(path)} ({layer}) imports {name} ({other})"
+
+
+def test_only_the_entry_point_imports_the_command_line() -> None:
+    """``cli/`` is the top: no layer imports it (the table says so), nor the root package
+    but ``python -m microagent`` (``__main__.py``)."""
+    users = [
+        str(path.relative_to(ROOT))
+        for path in package_files()
+        if path.relative_to(ROOT).parts[0] != "cli"
+        and any(layer_of(name) == "cli" for name in imports(path, runtime_only=False))
+    ]
+    assert users == ["__main__.py"]
 
 
 def test_no_import_cycle_inside_a_package() -> None:
@@ -245,17 +260,13 @@ PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
     ("test_server_faults.py", "microagent.server._retry.died_since"): "the same",
     ("test_server_faults.py", "microagent.server._retry.EngineLost"): "the same",
     ("test_server_faults.py", "microagent.server._retry.run_retrying"): "the same",
-    ("test_hostile_server.py", "microagent.server._cli_args.build_parser"): (
-        "serve --help shows the default budget's formula (the CLI has no Python API)"
-    ),
     ("test_hostile_server.py", "microagent.server._sse.StreamItem"): (
         "a stream's buffer is filled as its producers fill it, to check its bound"
     ),
     ("test_hostile_server.py", "microagent.server._sse.SSE_ITEM_BYTES"): "the same",
-    ("test_server_remote.py", "microagent.server._cli.build_parser"): (
-        "the CLI's remote options (the CLI has no Python API)"
+    ("test_cli.py", "microagent.server._served.make_bridges"): (
+        "the engine options' bridge factory that serve and run share (served_app's part)"
     ),
-    ("test_server_remote.py", "microagent.server._cli.main"): "the same",
     ("test_cluster.py", "microagent.cluster.__main__._parser"): (
         "the cluster's command line (``python -m microagent.cluster``; no Python API)"
     ),

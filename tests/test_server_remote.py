@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from microagent import RemoteBridge, RemoteError
+from microagent.cli import build_parser, main
 from microagent.collab import CollaborationFailed
-from microagent.server._cli import build_parser, main
 from microagent.server._remote import make_remotes, remote_cause, remote_failure
 
 URL = "https://api.example.com/v1"

