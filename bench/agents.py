@@ -21,6 +21,8 @@ interleaved by repetition:
 * ``microagent-http``: ``microagent serve`` in a child process, an unmodified
   openai-SDK chat loop that re-sends the whole conversation each turn with
   ``prompt_cache_key=<program id>``;
+* ``microagent-http-tier``: ``microagent-http`` with ``serve --kv-host-bytes`` (the
+  tiered systems' host tier, the sessions' policy);
 * ``microagent-http-nokey``: the same loop with no session field at all (plain
   turns: no tools, so no tool-call trigger either): the no-hint case;
 * ``vllm``: the same loop (no session field) against
@@ -100,7 +102,7 @@ RESULTS = HERE / "results"
 IN_PROCESS = "microagent"
 #: in process with the host KV tier: its session policy, and vLLM's stock LRU policy
 TIERED = ("microagent-tier", "microagent-tier-lru")
-MICROAGENT_HTTP = ("microagent-http", "microagent-http-nokey")
+MICROAGENT_HTTP = ("microagent-http", "microagent-http-nokey", "microagent-http-tier")
 VLLM_SERVERS = ("vllm", "vllm-priority", "vllm-equal-ram")
 SYSTEMS = (IN_PROCESS, *TIERED, *MICROAGENT_HTTP, *VLLM_SERVERS)
 #: host-tier blocks per device block for the tiered systems; ``vllm-equal-ram`` gets
@@ -419,6 +421,9 @@ class MicroagentHttp:
                 "--max-num-batched-tokens", str(self.settings["max_num_batched_tokens"]),
             ]  # fmt: skip
             args = {"num_gpu_blocks_override": self.blocks}
+            if self.name == "microagent-http-tier":
+                host = round(self.blocks * TIER_RATIO) * kv_bytes_per_token() * _engine_block()
+                command += ["--kv-host-bytes", str(host)]
         for key, value in args.items():
             command += ["--engine-arg", f"{key}={value}"]
         return command
@@ -428,7 +433,7 @@ class MicroagentHttp:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         self.proc = await asyncio.to_thread(_start, self.command(), self.log, env)
         await _wait_healthy(self.url, self.proc, self.log, 900.0)
-        key = self.name == "microagent-http"
+        key = self.name != "microagent-http-nokey"
         self.loop = ChatLoop(f"{self.url}/v1", "default", cache_key=key, priority=False)
 
     async def close(self) -> None:
@@ -864,9 +869,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.systems is None:  # the four (the no-hint loop: ``--systems``)
         args.systems = [IN_PROCESS, "vllm"] if args.quick else list(DEFAULT_SYSTEMS)
         if scripted:
-            args.systems = [IN_PROCESS, *MICROAGENT_HTTP]
+            args.systems = [IN_PROCESS, "microagent-http", "microagent-http-nokey"]
     if scripted:
-        skipped = [s for s in args.systems if s in VLLM_SERVERS or s in TIERED]
+        tiered = (*TIERED, "microagent-http-tier")
+        skipped = [s for s in args.systems if s in VLLM_SERVERS or s in tiered]
         if skipped:
             print(f"--engine scripted: skipping {', '.join(skipped)} (vLLM's server or tier)")
         args.systems = [s for s in args.systems if s not in skipped]
