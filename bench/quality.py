@@ -95,6 +95,13 @@ from _quality_http import ServedModel  # noqa: E402
 from _quality_tasks import FAMILIES, FREE, PROBED, quality_set  # noqa: E402
 from _sections import machine  # noqa: E402
 from accuracy import outcome_row  # noqa: E402
+from microagent.evaluation import (  # noqa: E402
+    BUILTIN,
+    GREEDY_CANDIDATE,
+    EvalItem,
+    candidate_from_dict,
+    request_for,
+)
 from microagent.server import serve_options  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -135,10 +142,8 @@ def _with_greedy(sampled: int, **collaboration: Any) -> dict[str, Any]:
 
 #: program-aided (``compute``): one greedy solver writes arithmetic, the sandboxed calculator
 #: evaluates it; a question with nothing to compute gets the greedy call's answer
-COMPUTE: dict[str, Any] = {
-    "agents": [{"name": "solver", "count": 1, "temperature": 0.0}],
-    "collaboration": {"mode": "compute"},
-}
+#: (``microagent eval``'s built-in candidate of the same name)
+COMPUTE: dict[str, Any] = BUILTIN["compute"].closed.to_dict()
 #: the same with two sampled solvers beside the greedy one: their values are voted
 COMPUTE3: dict[str, Any] = {
     "agents": [
@@ -153,7 +158,7 @@ CALCULATOR_ARGS = ["--calculator"]
 #: method -> request fields (agents, collaboration, optionally temperature);
 #: answer.choices is added per item
 METHODS: dict[str, dict[str, Any]] = {
-    "greedy": {**_vote(1), "temperature": 0.0},
+    "greedy": GREEDY_CANDIDATE.closed.to_dict(),  # microagent eval's baseline
     "single": _vote(1),
     "greedy-labels": {**_vote(1, debias="labels"), "temperature": 0.0},
     "vote5": _vote(5, early_stop=False),
@@ -203,7 +208,7 @@ SCHEMA_VALIDATOR: dict[str, Any] = {"type": "json_schema", "schema": T.EXTRACT_S
 _ONE = _team("auto", 1)
 #: free-answer families (a city, a number): method -> request fields (no answer.choices)
 FREE_METHODS: dict[str, dict[str, Any]] = {
-    "greedy": {**_ONE, "temperature": 0.0},
+    "greedy": GREEDY_CANDIDATE.free.to_dict(),  # microagent eval's baseline
     "single": _ONE,
     "vote3": _vote(3, early_stop=False),  # self-consistency within the 3x token bound
     "vote5": _vote(5, early_stop=False),
@@ -239,7 +244,7 @@ NUMBER_METHODS = frozenset(
 )
 #: the JSON family (``extract``): no votes (their answer is normalised text, not JSON)
 JSON_METHODS: dict[str, dict[str, Any]] = {
-    "greedy": {**_ONE, "temperature": 0.0},
+    "greedy": GREEDY_CANDIDATE.free.to_dict(),
     "single": _ONE,
     "best5-self": _team("best_of", 5, judge="self"),
     "best5-validator": _team("best_of", 5, validator=SCHEMA_VALIDATOR),
@@ -322,19 +327,18 @@ def request_of(method: str, item: Item) -> dict[str, Any]:
     direct vote's ``answer_tokens`` (a direct voter's whole answer).
     """
     fields = fields_of(method, item.family)
-    collaboration = dict(fields["collaboration"])
-    if item.choices:
-        collaboration["answer"] = {**collaboration.get("answer", {}), "choices": list(item.choices)}
-        budget = fields.get("max_tokens", MAX_TOKENS)
-    else:
-        budget = T.MAX_TOKENS[item.family]
-        if collaboration["mode"] == "vote" or "answer" in collaboration:
-            collaboration.setdefault("answer_tokens", budget)
+    # the request microagent eval sends (``request_for``): choices added, budgets set
+    candidate = candidate_from_dict(
+        {k: v for k, v in fields.items() if k != "max_tokens" or item.choices}, method, method
+    )
+    budget = MAX_TOKENS if item.choices else T.MAX_TOKENS[item.family]
+    question = EvalItem(0, item.question, (item.answer,), item.choices, item.family)
+    request = request_for(candidate, question, budget)
     return {
-        "agents": fields["agents"],
-        "collaboration": collaboration,
-        "temperature": fields.get("temperature", TEMPERATURE),
-        "max_tokens": budget,
+        "agents": list(request.agents),
+        "collaboration": request.collaboration,
+        "temperature": request.temperature,
+        "max_tokens": request.max_tokens,
     }
 
 

@@ -166,7 +166,12 @@ DEFAULT_CANDIDATES: Final = ("compute", "vote3")
 
 
 def _check(source: str, fields: Fields) -> None:
-    """Validate the fields as the server would (choices aside), naming the field."""
+    """Validate the fields as the server would, naming the field.
+
+    A configuration valid only with choices (a soft vote reads their probabilities)
+    is accepted: on a free question the server refuses it, and the report counts
+    that refusal.
+    """
     options = dict(fields.collaboration)
     mode = options.pop("mode", None)
     if not isinstance(mode, str):
@@ -174,9 +179,13 @@ def _check(source: str, fields: Fields) -> None:
     try:
         prepare_collaboration(mode, list(fields.agents), options)
     except InvalidCollaboration as exc:
-        raise BadConfig(source, str(exc)) from None
-    except KeyError as exc:  # an unknown mode name
-        raise BadConfig(source, f"collaboration.mode: {exc}") from None
+        answer = options.get("answer")
+        spec = dict(answer) if isinstance(answer, Mapping) else {}
+        closed = {**options, "answer": {**spec, "choices": ["a", "b"]}}
+        try:
+            prepare_collaboration(mode, list(fields.agents), closed)
+        except InvalidCollaboration:
+            raise BadConfig(source, str(exc)) from None
 
 
 def candidate_from_dict(data: object, source: str, name: str = "") -> Candidate:
