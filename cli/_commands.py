@@ -1,4 +1,4 @@
-"""The ``microagent`` command line: ``serve``, ``run`` and ``prepare``.
+"""The ``microagent`` command line: ``serve``, ``run``, ``prepare`` and ``eval``.
 
 ``serve`` runs the OpenAI-compatible server on uvloop over one vLLM engine per
 ``--model``; ``run`` runs one collaboration in-process and shows every agent
@@ -47,6 +47,7 @@ from ..engine_bridge import (
     VLLMBridge,
     resolve_model,
 )
+from ..evaluation._command import cmd_eval
 from ..server import CliError, served_app
 from ..server._served import CliUsageError, engine_log, make_bridges
 from ._parser import build_parser
@@ -226,6 +227,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": cmd_serve,
     "run": cmd_run,
     "prepare": cmd_prepare,
+    "eval": cmd_eval,  # microagent.evaluation's command (docs/eval.md)
 }
 
 

@@ -1,4 +1,4 @@
-"""The ``microagent`` command's arguments: ``serve``, ``run`` and ``prepare``.
+"""The ``microagent`` command's arguments: ``serve``, ``run``, ``prepare`` and ``eval``.
 
 One parser (``build_parser``) with each subcommand's options. ``serve``'s options
 and the engine options it shares with ``run`` come from ``microagent.server``
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..evaluation._command import add_eval_options
 from ..server._serve_options import add_engine_options, add_serve_options, add_verbose, positive
 
 
@@ -68,4 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         "model", nargs="?", default="default", help="'default', a local dir or a hub id"
     )
     add_verbose(prepare)
+
+    evaluate = sub.add_parser(
+        "eval",
+        help="which collaboration, if any, beats greedy on your questions",
+        description="Run greedy and candidate configurations over a JSONL of questions, "
+        "choose on a selection part, report on the held-out rest (docs/eval.md).",
+    )
+    add_eval_options(evaluate)
     return parser
