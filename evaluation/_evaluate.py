@@ -83,7 +83,8 @@ class EvalReport:
         heading = (
             f"microagent eval: {len(self.selection_items) + len(self.report_items)} items "
             f"({len(self.selection_items)} selection, {len(self.report_items)} report; seed "
-            f"{self.seed}), {len(self.candidates) - 1} candidates against greedy, on {self.runner}"
+            f"{self.seed}), {_count(len(self.candidates) - 1, 'candidate')} against greedy, on "
+            f"{self.runner}"
         )
         return render_table(self.selection, self.reports, self.choice, heading)
 
@@ -114,6 +115,10 @@ class EvalReport:
             "report": [attrs.asdict(r) for r in self.reports],
             "rows": list(self.rows),
         }
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _first(group: BaseExceptionGroup[Exception]) -> Exception:
