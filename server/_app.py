@@ -30,12 +30,13 @@ from ..collab.trace import OtlpTracing
 from ..engine_bridge import EngineBridge, open_bridges, salt_for, set_cache_salt
 from ._admit import USAGE_REPORT, Admitted, admit
 from ._code_gate import CodeGate, server_code_policy
+from ._completions import CompletionsRequest, refused_prompt, text_completion
 from ._errors import ApiError, bad_request, error_responses
 from ._guard import Guard
 from ._mcp import McpSupervisor
 from ._metrics import ServerMetrics
 from ._openapi import openapi
-from ._plan import CollaborationPlan, Plan, plan_request
+from ._plan import CollaborationPlan, Plan, plan_prompt, plan_request
 from ._quota import Quotas
 from ._reply import (
     collaborate_once,
@@ -44,7 +45,12 @@ from ._reply import (
     reply_completion,
     used_tokens,
 )
-from ._responses import completion_responses, health_responses, response_responses
+from ._responses import (
+    completion_responses,
+    health_responses,
+    response_responses,
+    text_completion_responses,
+)
 from ._responses_api import ResponsesRequest
 from ._responses_render import (
     collaboration_result,
@@ -230,6 +236,18 @@ def create_app(
         return await _served(state, request, _kind(body), lambda: _chat(state, body, request))
 
     @app.post(
+        "/v1/completions",
+        response_model=None,
+        responses={
+            **text_completion_responses(),
+            **error_responses(400, 401, 404, 413, 422, 429, 500, 503, 504),
+        },
+    )
+    async def completions(body: CompletionsRequest, request: Request) -> Response:
+        """OpenAI text completions of a plain prompt (no chat template, no collaboration)."""
+        return await _served(state, request, "completion", lambda: _text(state, body, request))
+
+    @app.post(
         "/v1/responses",
         response_model=None,
         responses={
@@ -314,6 +332,29 @@ async def _chat(state: ServerState, body: ChatCompletionRequest, request: Reques
         if isinstance(plan, CollaborationPlan):
             return await reply_collaboration(state, plan, admitted, request, deadline)
         return await reply_completion(state, plan, admitted, request, deadline)
+    finally:
+        admitted.release()
+
+
+async def _text(state: ServerState, body: CompletionsRequest, request: Request) -> Response:
+    """One text completion: the chat route's plan (of its raw prompt), admission, run and
+    stream, rendered as ``text_completion`` objects."""
+    deadline = anyio.current_time() + state.limits.retry_deadline
+    tenant = tenant_of(request)
+    chat = body.to_chat()
+    try:
+        plan = await plan_prompt(state, chat, body.prompt_input(), tenant)
+    except ApiError as exc:
+        raise refused_prompt(exc) from None
+    admitted = _admit(state, tenant, plan, chat.stream, request)
+    if chat.stream:
+        return stream_completion(state, plan, admitted)
+    try:
+        done = await complete(state, plan, admitted, request, deadline)
+        if done is None:
+            return Response(status_code=499)
+        results, choices = done
+        return JSONResponse(text_completion(plan.stamp, choices, used_tokens(results)))
     finally:
         admitted.release()
 

@@ -165,6 +165,41 @@ async def _plan_completion(
     messages = state.sessions.splice(tenant, bridge, conversation(body, tools))
     context = await compose(bridge, messages)
     prompt = bridge.chat.generation_prompt(context)
+    return _completion_plan(state, body, tenant, bridge, prompt, tools, fields)
+
+
+async def plan_prompt(
+    state: ServerState,
+    body: ChatCompletionRequest,
+    prompt: str | Sequence[int],
+    tenant: str,
+) -> CompletionPlan:
+    """A plain completion of a raw ``prompt`` (text, or token ids as sent): no chat
+    template, no tools; ``body`` carries its sampling fields (``/v1/completions``)."""
+    bridge = engine_for(state, body.model)
+    check_parameters(body, collaboration=False)
+    check_sampling(body, state.limits.max_n)
+    fields = sampling_fields(body)
+    ids = await bridge.atokenize(prompt) if isinstance(prompt, str) else list(prompt)
+    if not ids:
+        raise bad_request("prompt must not be empty", "prompt")
+    handle = bridge.handle(ids)
+    return _completion_plan(state, body, tenant, bridge, handle, None, fields, text=True)
+
+
+def _completion_plan(
+    state: ServerState,
+    body: ChatCompletionRequest,
+    tenant: str,
+    bridge: EngineBridge,
+    prompt: KVHandle,
+    tools: ToolPlan | None,
+    fields: Mapping[str, Any],
+    *,
+    text: bool = False,
+) -> CompletionPlan:
+    """The plan of ``prompt`` on ``bridge``: its budget checked, its sampling built
+    (``text``: a ``/v1/completions`` response's stamp)."""
     limit = context_limit(bridge)
     max_tokens = max_tokens_of(body)
     if max_tokens is None:
@@ -205,7 +240,7 @@ async def _plan_completion(
         prompt=prompt,
         sampling=sampling,
         session=session,
-        stamp=Stamp.new(bridge.model),
+        stamp=Stamp.new(bridge.model, text=text),
     )
 
 

@@ -38,20 +38,36 @@ def finish_reason(reason: str) -> str:
 
 @attrs.frozen
 class Stamp:
-    """A response's id, creation time and model: one per request, on every chunk."""
+    """A response's id, creation time and model: one per request, on every chunk.
+
+    ``text``: a ``/v1/completions`` response, whose chunks are ``text_completion``
+    objects (each choice's ``delta.content`` as its ``text``).
+    """
 
     id: str
     created: int
     model: str
+    text: bool = False
 
     @classmethod
-    def new(cls, model: str) -> Stamp:
-        return cls(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), model)
+    def new(cls, model: str, *, text: bool = False) -> Stamp:
+        prefix = "cmpl" if text else "chatcmpl"
+        return cls(f"{prefix}-{uuid.uuid4().hex}", int(time.time()), model, text)
 
     def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        if self.text:
+            choices = [
+                {
+                    "index": c["index"],
+                    "text": c["delta"].get("content") or "",
+                    "logprobs": None,
+                    "finish_reason": c["finish_reason"],
+                }
+                for c in choices
+            ]
         return {
             "id": self.id,
-            "object": "chat.completion.chunk",
+            "object": "text_completion" if self.text else "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
             "choices": choices,

@@ -223,3 +223,49 @@ def response_responses() -> dict[int | str, dict[str, Any]]:
         RESPONSE_SCHEMA,
         _RESPONSE_EVENT,
     )
+
+
+#: A ``text_completion`` object of ``POST /v1/completions``.
+TEXT_COMPLETION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"const": "text_completion"},
+        "created": {"type": "integer"},
+        "model": {"type": "string"},
+        "choices": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "index": {"type": "integer", "minimum": 0},
+                    "text": {"type": "string"},
+                    "logprobs": {"type": "null"},
+                    "finish_reason": {"enum": ["stop", "length"]},
+                },
+                "required": ["index", "text", "finish_reason"],
+            },
+        },
+        "usage": _USAGE,
+    },
+    "required": ["id", "object", "created", "model", "choices", "usage"],
+}
+
+_TEXT_EVENT = _sse_event(
+    "a text_completion chunk, or an error before [DONE]",
+    {
+        "properties": {"object": {"const": "text_completion"}, "choices": {"type": "array"}},
+        "required": ["id", "object", "model", "choices"],
+    },
+)
+
+
+def text_completion_responses() -> dict[int | str, dict[str, Any]]:
+    """The ``200`` entry of ``POST /v1/completions``: JSON, or an SSE stream."""
+    return _ok(
+        "A text_completion object; with stream: true, an SSE stream of text_completion "
+        "chunks (each choice's next text) ending with `data: [DONE]`",
+        TEXT_COMPLETION_SCHEMA,
+        _TEXT_EVENT,
+    )
