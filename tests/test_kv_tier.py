@@ -386,6 +386,32 @@ def test_retention_holds_with_the_connector_and_async_scheduling(tmp_path: Path)
     assert pool.get_num_free_blocks() == empty  # nothing leaked
 
 
+def test_on_a_gpu_the_sessions_policy_sits_over_vllms_own_cpu_offloading_spec() -> None:
+    """Config level (no GPU here): without files, a GPU gets vLLM's CPUOffloadingSpec (its
+    CUDA copy kernels) with our policy loaded by name; its manager runs SessionPolicy, and
+    ``"lru"`` leaves vLLM's own (test_vllm_retention: the scheduler finds the policy)."""
+    from microagent.engine_bridge.vllm import _tier
+    from microagent.engine_bridge.vllm._tier_policy import SessionPolicy
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+    from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+    from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+
+    config = _tier.connector_config(10 * BLOCK_BYTES, stock_spec=True)
+    extra = config["kv_connector_extra_config"]
+    assert OffloadingSpecFactory.get_spec_cls(extra) is CPUOffloadingSpec
+    assert extra["cpu_bytes_to_use"] == 10 * BLOCK_BYTES and not extra["offload_prompt_only"]
+    manager = CPUOffloadingManager(
+        num_chunks=10,
+        cache_policy=extra["eviction_policy"],
+        cache_policy_module_path=extra["cache_policy_module_path"],
+    )
+    assert isinstance(manager._policy, SessionPolicy)
+    stock = _tier.connector_config(10 * BLOCK_BYTES, policy="lru", stock_spec=True)
+    assert stock["kv_connector_extra_config"]["eviction_policy"] == "lru"
+    with pytest.raises(ValueError, match="no file tier"):
+        _tier.connector_config(10 * BLOCK_BYTES, disk_bytes=BLOCK_BYTES, stock_spec=True)
+
+
 def test_the_tier_is_off_by_default_and_one_way_to_ask_for_it() -> None:
     """Budget 0 adds no connector; a budget loads ours; a second tier in engine_args is refused."""
     plain = VLLMBridge(progress=False)._engine_arguments()

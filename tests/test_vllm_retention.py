@@ -336,3 +336,24 @@ def test_http_sessions_are_kept_per_key_and_shared_only_when_asked(
         again = _http(shared, keys[1], {"messages": memo})
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] >= BLOCK
     real_engine.call(lambda: small.release(prefix="http/"))
+
+
+def test_the_scheduler_finds_the_sessions_policy_behind_any_offloading_manager() -> None:
+    """The retaining scheduler drives the tier's ``SessionPolicy`` whether our spec or vLLM's
+    stock CPU spec (a GPU) built the manager; with vLLM's LRU there is nothing to drive."""
+    from microagent.engine_bridge.vllm._retention import _session_policy
+    from microagent.engine_bridge.vllm._tier_policy import SessionPolicy
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    class Side:  # what the scheduler reads: connector.connector_scheduler.manager
+        def __init__(self, manager: CPUOffloadingManager) -> None:
+            self.connector_scheduler = type("S", (), {"manager": manager})()
+
+    ours = CPUOffloadingManager(
+        num_chunks=4,
+        cache_policy=SessionPolicy.__name__,
+        cache_policy_module_path=SessionPolicy.__module__,
+    )
+    assert _session_policy(Side(ours)) is ours._policy
+    assert _session_policy(Side(CPUOffloadingManager(num_chunks=4, cache_policy="lru"))) is None
+    assert _session_policy(None) is None

@@ -365,7 +365,11 @@ def host_tier_engine_args(
 
     from ._tier import connector_config
 
-    config = connector_config(budget_bytes, disk_bytes, disk_root, revision, hash_algo, policy)
+    # on a GPU without files, vLLM's own CPU offloading spec under our policy
+    stock = not is_cpu_platform() and not disk_bytes
+    config = connector_config(
+        budget_bytes, disk_bytes, disk_root, revision, hash_algo, policy, stock_spec=stock
+    )
     args: dict[str, Any] = {"kv_transfer_config": KVTransferConfig(**config)}
     if disk_bytes:  # block hashes that the next process computes alike (see VLLMBridge)
         args["prefix_caching_hash_algo"] = hash_algo

@@ -104,6 +104,9 @@ class RetainingScheduler(Scheduler):
         pool = self.kv_cache_manager.block_pool
         #: the host tier's session-driven eviction policy (None: no tier, or vLLM's LRU)
         self.tier_policy = _session_policy(self.connector)
+        #: ``_in_tier``'s answers in the current scheduling step
+        self._tier_step = -1
+        self._tier_answers: dict[tuple[int, ...], bool] = {}
         tiered = self.tier_policy is not None
         # entries hold block ids: a retained block (ref_cnt > 0) is never reassigned
         self.retention: RetentionTable[int] = RetentionTable(
@@ -194,13 +197,25 @@ class RetainingScheduler(Scheduler):
         return keys
 
     def _in_tier(self, block_ids: Sequence[int]) -> bool:
-        """Whether the host tier holds every one of these blocks (losing them costs a copy)."""
+        """Whether the host tier holds every one of these blocks (losing them costs a copy).
+
+        Asked for every entry by each pass of the admission and headroom rules: the
+        answer is kept for the rest of the scheduling step (stores land between steps).
+        """
         policy = self.tier_policy
         assert policy is not None
-        keys = self._offload_keys(block_ids)
-        return len(keys) == len(block_ids) and all(
-            (c := policy.get(k)) is not None and c.is_ready for k in keys
-        )
+        step = self.sched_step_seq
+        if self._tier_step != step:
+            self._tier_step, self._tier_answers = step, {}
+        held = tuple(block_ids)
+        found = self._tier_answers.get(held)
+        if found is None:
+            keys = self._offload_keys(block_ids)
+            found = len(keys) == len(block_ids) and all(
+                (c := policy.get(k)) is not None and c.is_ready for k in keys
+            )
+            self._tier_answers[held] = found
+        return found
 
     def _tier_ended(self, key: str, cause: str) -> None:
         """A retention ended: a demoted session keeps its host copy held; any other forgets."""

@@ -505,9 +505,24 @@ class HostTierConnector(OffloadingConnector):
 
     def tier_stats(self) -> TierStats:
         index = self.scheduler.manager
-        assert isinstance(index, HostIndex)
         transfer = self._vllm_config.kv_transfer_config
         extra = transfer.kv_connector_extra_config if transfer is not None else {}
+        if not isinstance(index, HostIndex):  # vLLM's stock spec (a GPU): what it shows
+            assert isinstance(index, CPUOffloadingManager)
+            budget = int(extra.get(BUDGET_KEY, 0))
+            chunks = index._num_chunks
+            return TierStats(
+                enabled=True,
+                budget_bytes=budget,
+                capacity_bytes=budget // max(1, chunks) * chunks,
+                block_bytes=budget // max(1, chunks),
+                capacity_blocks=chunks,
+                entries=len(getattr(index._policy, "chunks", ())),
+                stored_bytes=self.stored_bytes,
+                loaded_bytes=self.loaded_bytes,
+                load_seconds=self.load_seconds,
+                **_policy_stats(index),
+            )
         return TierStats(
             enabled=True,
             budget_bytes=int(extra.get(BUDGET_KEY, 0)),
@@ -527,7 +542,7 @@ class HostTierConnector(OffloadingConnector):
         )
 
 
-def _policy_stats(index: HostIndex) -> dict[str, Any]:
+def _policy_stats(index: CPUOffloadingManager) -> dict[str, Any]:
     policy = index._policy
     if not isinstance(policy, SessionPolicy):
         return {"policy": "lru"}
@@ -563,8 +578,37 @@ def connector_config(
     revision: str | None = None,
     hash_algo: str | None = None,
     policy: str = SESSIONS_POLICY,
+    stock_spec: bool = False,
 ) -> dict[str, Any]:
-    """``KVTransferConfig`` fields that load the host tier (and the file tier below it)."""
+    """``KVTransferConfig`` fields that load the host tier (and the file tier below it).
+
+    ``stock_spec`` (a GPU, no file tier): vLLM's own ``CPUOffloadingSpec`` (pinned host
+    memory, its CUDA copy kernels, asynchronous transfers) with our eviction policy
+    plugged in by name (``eviction_policy`` / ``cache_policy_module_path``), instead of
+    ``HostTierSpec``, whose synchronous torch-indexing worker exists because the stock
+    spec does not start on CPU. Configured here, never run on a GPU.
+    """
+    if stock_spec:
+        if disk_bytes:
+            raise ValueError("the stock CPU offloading spec has no file tier under it")
+        stock: dict[str, Any] = {"cpu_bytes_to_use": int(budget_bytes), "eviction_policy": "lru"}
+        if policy == SESSIONS_POLICY:
+            stock |= {
+                "eviction_policy": SessionPolicy.__name__,
+                "cache_policy_module_path": SessionPolicy.__module__,
+            }
+        return {
+            "kv_connector": CONNECTOR_NAME,
+            "kv_connector_module_path": __name__,
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {
+                "spec_name": "CPUOffloadingSpec",
+                BUDGET_KEY: int(budget_bytes),
+                POLICY_KEY: policy,
+                "offload_prompt_only": False,
+                **stock,
+            },
+        }
     files: dict[str, Any] = {}
     if disk_bytes:
         files = {
