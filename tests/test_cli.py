@@ -24,6 +24,32 @@ def test_help_everywhere(argv: list[str], capsys: pytest.CaptureFixture[str]) ->
     assert out.startswith("usage: microagent")
 
 
+def test_version_names_microagent_and_vllm(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``microagent --version``: both versions a bug report needs; without vLLM, ours alone."""
+    import importlib.util
+
+    import microagent
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    vllm = r" \(vLLM \d\S*\)" if importlib.util.find_spec("vllm") else ""
+    assert re.fullmatch(rf"microagent {re.escape(microagent.__version__)}{vllm}\n", out)
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "vllm" else find_spec(name, *a),
+    )
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out == f"microagent {microagent.__version__}\n"
+
+
 def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert "serve" in capsys.readouterr().err
