@@ -1,4 +1,4 @@
-"""The ``microagent`` command line: ``serve``, ``run`` and ``prepare``.
+"""The ``microagent`` command line: ``serve``, ``run``, ``prepare`` and ``eval``.
 
 The top layer: it may import every other layer, and only ``python -m
 microagent`` (``microagent/__main__.py``) and the ``microagent`` console script
