@@ -63,6 +63,7 @@ from ._sessions import Sessions, SessionSettings
 from ._shutdown import Drain
 from ._state import ServerLimits, ServerState, tenant_of
 from ._stream import stream_collaboration, stream_completion
+from ._tokens import DetokenizeRequest, TokenizeRequest, detokenize, tokenize
 from ._ui import add_ui
 
 __all__ = ["create_app"]
@@ -246,6 +247,16 @@ def create_app(
     async def completions(body: CompletionsRequest, request: Request) -> Response:
         """OpenAI text completions of a plain prompt (no chat template, no collaboration)."""
         return await _served(state, request, "completion", lambda: _text(state, body, request))
+
+    @app.post("/tokenize", responses=error_responses(400, 401, 404, 413, 422))
+    async def tokenize_route(body: TokenizeRequest) -> dict[str, Any]:
+        """A prompt's (or a conversation's) token ids, as ``vllm serve`` answers them."""
+        return await tokenize(state, body)
+
+    @app.post("/detokenize", responses=error_responses(400, 401, 404, 413, 422))
+    async def detokenize_route(body: DetokenizeRequest) -> dict[str, str]:
+        """The text of token ids, as ``vllm serve`` answers it."""
+        return detokenize(state, body)
 
     @app.post(
         "/v1/responses",
