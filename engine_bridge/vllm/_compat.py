@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -135,6 +136,9 @@ def cpu_dtype() -> str:
 # -- tokenizer -----------------------------------------------------------------------------
 
 
+_TRANSFORMERS_IMPORT = threading.Lock()
+
+
 class HFTokenizer:
     """The model's Hugging Face tokenizer with the few calls the bridge needs.
 
@@ -143,11 +147,15 @@ class HFTokenizer:
     """
 
     def __init__(self, model: str, *, trust_remote_code: bool = False, revision: str | None = None):
-        from transformers import AutoTokenizer
+        # bridges open their tokenizers in worker threads; transformers' lazy modules are
+        # not safe to load from two at once (measured: two bridges opening together
+        # failed with "cannot import name 'AutoTokenizer'")
+        with _TRANSFORMERS_IMPORT:
+            from transformers import AutoTokenizer
 
-        self._tok: Any = AutoTokenizer.from_pretrained(
-            model, trust_remote_code=trust_remote_code, revision=revision
-        )
+            self._tok: Any = AutoTokenizer.from_pretrained(
+                model, trust_remote_code=trust_remote_code, revision=revision
+            )
 
     @property
     def raw(self) -> Any:
