@@ -859,6 +859,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     parser.add_argument("--fresh", action="store_true", help="ignore the existing JSON")
+    parser.add_argument(
+        "--stem",
+        default=None,
+        help="results name (default agents, agents_quick): a run of its own, its own section",
+    )
     parser.add_argument("--force", action="store_true", help="run even on a busy machine")
     parser.add_argument("--update", action="store_true", help="rewrite BENCHMARKS.md's section")
     parser.add_argument("--plan", action="store_true", help="print the cells and time; run none")
@@ -905,7 +910,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             return math.ceil(args.engine_settings["max_model_len"] / args.block) + 2
 
         args.floor_blocks = vllm_floor
-    args.stem = "agents_quick" if args.quick else "agents"
+    args.stem = args.stem or ("agents_quick" if args.quick else "agents")
     args.engine_settings = engine_settings(args.scale)
     return args
 
