@@ -292,7 +292,10 @@ def main() -> int:
     parser.add_argument("--disk", type=int, default=160, help="file tier blocks (restart)")
     parser.add_argument("--force", action="store_true", help="run on a busy machine")
     parser.add_argument("--update", action="store_true", help="rewrite BENCHMARKS.md's section")
+    parser.add_argument("--report-only", action="store_true", help="tables from the existing JSON")
     args = parser.parse_args()
+    if args.report_only:
+        return publish(json.loads((RESULTS / "tier_cells.json").read_text()), args.update)
     load = os.getloadavg()[0]
     if load >= 1 and not args.force:
         raise SystemExit(f"load average {load:.2f} >= 1: not a quiet machine (--force)")
@@ -316,9 +319,14 @@ def main() -> int:
     data["machine"] = machine(load, args.force, started)
     data["targets"] = targets(data)
     (RESULTS / "tier_cells.json").write_text(json.dumps(data, indent=2) + "\n")
+    return publish(data, args.update)
+
+
+def publish(data: dict[str, Any], update: bool) -> int:
+    """Print the tables; with ``update``, rewrite BENCHMARKS.md's section from them."""
     table = report(data)
     print(table)
-    if args.update:
+    if update:
         heading = "Results: long waits and restarts with the KV tier (`bench/tier_cells.py`)"
         replace_section(ROOT / "BENCHMARKS.md", BEGIN, END, heading, table)
     return 0
