@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import threading
@@ -41,6 +42,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _CPU_BLOCK_SIZE = 128
+#: what the CPU backend runs at when the caller names no size (measured on 2 cores;
+#: a GPU gets vLLM's own defaults for its memory and usage context)
+CPU_MAX_NUM_SEQS = 16
+CPU_MAX_NUM_BATCHED_TOKENS = 2048
+CPU_MAX_MODEL_LEN = 4096
 
 
 class VLLMBridge(EngineBridge):
@@ -51,10 +57,16 @@ class VLLMBridge(EngineBridge):
             model directory, or a hub id.
         served_name: the model name handles and the API carry (default: the
             model dir's name, or the hub id).
-        max_num_batched_tokens: the scheduler's token budget per step (pinned:
-            vLLM's default differs by entry point).
-        max_num_seqs: most requests running at once.
-        max_model_len: prompt + output limit; longer requests are refused.
+        max_num_batched_tokens: the scheduler's token budget per step. None
+            (default): the CPU pin, 2048, on the CPU backend; vLLM's default for
+            the device elsewhere.
+        max_num_seqs: most requests running at once. None (default): the CPU
+            pin, 16 (measured on this project's 2-core machines), on the CPU
+            backend; vLLM's default for the device elsewhere.
+        max_model_len: prompt + output limit; longer requests are refused. None
+            (default): on the CPU backend 4096, or the model's own length when
+            that is smaller (a long context costs a small machine its batch);
+            elsewhere the model's own length, as vLLM chooses it.
         enable_lora: serve LoRA adapters (default: on when ``adapters`` are given).
         max_lora_rank: largest adapter rank accepted.
         max_loras: adapters resident in one batch.
@@ -126,9 +138,9 @@ class VLLMBridge(EngineBridge):
         model: str = "default",
         *,
         served_name: str | None = None,
-        max_num_batched_tokens: int = 2048,
-        max_num_seqs: int = 16,
-        max_model_len: int | None = 4096,
+        max_num_batched_tokens: int | None = None,
+        max_num_seqs: int | None = None,
+        max_model_len: int | None = None,
         enable_lora: bool | None = None,
         max_lora_rank: int = 16,
         max_loras: int = 4,
@@ -155,6 +167,9 @@ class VLLMBridge(EngineBridge):
         block_size = int(extra.get("block_size") or (_CPU_BLOCK_SIZE if self._is_cpu else 16))
         super().__init__(served_name, block_size=block_size)
         self.model_spec = model
+        if self._is_cpu:  # the measured pins; a device keeps vLLM's defaults
+            max_num_batched_tokens = max_num_batched_tokens or CPU_MAX_NUM_BATCHED_TOKENS
+            max_num_seqs = max_num_seqs or CPU_MAX_NUM_SEQS
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
@@ -258,16 +273,20 @@ class VLLMBridge(EngineBridge):
             "model": str(self.model_path),
             "tokenizer": str(self.model_path),
             "served_model_name": self.model,
-            "max_num_batched_tokens": self.max_num_batched_tokens,
-            "max_num_seqs": self.max_num_seqs,
             "enable_prefix_caching": True,
             "scheduling_policy": self.scheduling_policy,
             # Our stat logger is given explicitly; vLLM's own periodic log stays off.
             "disable_log_stats": True,
             **compat.structured_outputs_engine_args(),
         }
+        if self.max_num_batched_tokens is not None:
+            args["max_num_batched_tokens"] = self.max_num_batched_tokens
+        if self.max_num_seqs is not None:
+            args["max_num_seqs"] = self.max_num_seqs
         if self.max_model_len is not None:
             args["max_model_len"] = self.max_model_len
+        elif self._is_cpu:
+            args["max_model_len"] = _cpu_model_len(self.model_path)
         if self.enable_lora:
             args.update(
                 enable_lora=True, max_lora_rank=self.max_lora_rank, max_loras=self.max_loras
@@ -392,6 +411,10 @@ class VLLMBridge(EngineBridge):
         if block_size:
             self.block_size = block_size
         self.max_model_len = int(engine.model_config.max_model_len)
+        scheduler = getattr(getattr(engine, "vllm_config", None), "scheduler_config", None)
+        if scheduler is not None:  # vLLM's device defaults, once it has chosen them
+            self.max_num_seqs = int(scheduler.max_num_seqs)
+            self.max_num_batched_tokens = int(scheduler.max_num_batched_tokens)
         self._unavailable = None
         self._ready.set()
 
@@ -663,3 +686,20 @@ def _shutdown_in_thread(started: asyncio.Future[Any]) -> None:
 def _shutdown(engine: Any) -> None:
     with contextlib.suppress(Exception):
         compat.shutdown_engine(engine)
+
+
+def _cpu_model_len(model_path: Path | str | None) -> int:
+    """The CPU pin of ``max_model_len``: 4096, or the model's own length when smaller
+    (its ``config.json``'s ``max_position_embeddings``; vLLM refuses a longer limit)."""
+    config = Path(str(model_path)) / "config.json" if model_path is not None else None
+    try:
+        data = json.loads(config.read_text()) if config is not None else {}
+    except (OSError, ValueError):
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    text = data.get("text_config")
+    own = data.get("max_position_embeddings") or (
+        text.get("max_position_embeddings") if isinstance(text, dict) else None
+    )
+    return min(CPU_MAX_MODEL_LEN, own) if isinstance(own, int) and own > 0 else CPU_MAX_MODEL_LEN
