@@ -47,6 +47,7 @@ from ._run import engine_error
 from ._schemas import ChatCompletionRequest
 from ._sessions import SessionPlan
 from ._state import ServerState, engine_for
+from ._tokens import unknown_token
 from ._tools import tool_plan
 
 DEFAULT_MAX_TOKENS = 512
@@ -183,6 +184,12 @@ async def plan_prompt(
     ids = await bridge.atokenize(prompt) if isinstance(prompt, str) else list(prompt)
     if not ids:
         raise bad_request("prompt must not be empty", "prompt")
+    at = None if isinstance(prompt, str) else unknown_token(bridge, ids)
+    if at is not None:  # the engine would fail the request: refused here, named
+        raise bad_request(
+            f"prompt: token {ids[at]} (at {at}) is not in model {bridge.model!r}'s vocabulary",
+            "prompt",
+        )
     handle = bridge.handle(ids)
     return _completion_plan(state, body, tenant, bridge, handle, None, fields, text=True)
 

@@ -10,10 +10,12 @@ naming it, not an empty string.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..engine_bridge import EngineBridge
 from ._errors import bad_request
 from ._messages import compose, context_limit, conversation
 from ._schemas import ChatCompletionRequest, ChatMessage
@@ -83,11 +85,25 @@ async def tokenize(state: ServerState, body: TokenizeRequest) -> dict[str, Any]:
 def detokenize(state: ServerState, body: DetokenizeRequest) -> dict[str, str]:
     """The text of ``body.tokens`` (a 400 naming the first id outside the vocabulary)."""
     bridge = engine_for(state, body.model)
-    for i, token in enumerate(body.tokens):
-        # a tokenizer decodes an id it lacks as "": every real token has text
-        if not bridge.detokenize([token]):
-            raise bad_request(
-                f"tokens[{i}]: {token} is not in model {bridge.model!r}'s vocabulary",
-                f"tokens[{i}]",
-            )
+    at = unknown_token(bridge, body.tokens)
+    if at is not None:
+        raise bad_request(
+            f"tokens[{at}]: {body.tokens[at]} is not in model {bridge.model!r}'s vocabulary",
+            f"tokens[{at}]",
+        )
     return {"prompt": bridge.detokenize(body.tokens)}
+
+
+def unknown_token(bridge: EngineBridge, ids: Sequence[int]) -> int | None:
+    """The index of the first id of ``ids`` outside ``bridge``'s vocabulary (None: all in).
+
+    A tokenizer decodes an id it lacks as "" (every token of the default model has
+    text); each distinct id is decoded once, so the cost is bounded by the vocabulary.
+    """
+    known: dict[int, bool] = {}
+    for i, token in enumerate(ids):
+        if token not in known:
+            known[token] = bool(bridge.detokenize([token]))
+        if not known[token]:
+            return i
+    return None

@@ -173,6 +173,10 @@ def test_greedy_text_is_the_engines_own_and_a_repeat_hits_the_cache(
         )
     )
     assert "".join(c.choices[0].text for c in chunks if c.choices) == first.choices[0].text
+    # an id outside the vocabulary is refused before the engine (it failed there: a 500)
+    foreign = _post(real, {"prompt": [*ids[:4], 10**6], "max_tokens": 2})
+    assert foreign.status_code == 400 and foreign.json()["error"]["param"] == "prompt"
+    assert "1000000" in foreign.json()["error"]["message"]
     real_engine.assert_idle()
 
 
