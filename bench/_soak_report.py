@@ -164,7 +164,7 @@ def tables(data: dict[str, Any]) -> str:
         "",
         "Outcomes: an HTTP status; `left` = the client disconnected mid-stream as planned; "
         "`cancelled` = the client's timeout fired and it closed the connection. As the server "
-        "counted them (`microagent_requests_total`): "
+        "counted them (`microagent:requests_total`): "
         + ", ".join(f"`{k}` {v:.0f}" for k, v in sorted(served.items()))
         + ".",
     ]

@@ -389,8 +389,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 #: The ``microagent serve`` counters a cell reads (``/metrics``).
 MICROAGENT_METRICS = (
-    "microagent_engine_retained_hit_tokens_total",
-    "microagent_engine_recomputed_tokens_total",
+    "microagent:engine_retained_hit_tokens_total",
+    "microagent:engine_recomputed_tokens_total",
 )
 VLLM_METRICS = ("vllm:num_preemptions_total", "vllm:request_queue_time_seconds_sum")
 
@@ -453,8 +453,8 @@ class MicroagentHttp:
         return {
             "preemptions": None,
             "queue_s": None,
-            "retained_hit_tokens": m["microagent_engine_retained_hit_tokens_total"],
-            "recomputed_tokens": m["microagent_engine_recomputed_tokens_total"],
+            "retained_hit_tokens": m["microagent:engine_retained_hit_tokens_total"],
+            "recomputed_tokens": m["microagent:engine_recomputed_tokens_total"],
         }
 
 

@@ -124,14 +124,14 @@ def stalled_client(srv: Server, seconds: float) -> dict[str, Any]:
         "rss_samples_mib": samples,
         "ratio": round(after / before, 4),
         "events_of_a_reading_client": events,
-        "collaborations_running_after": srv.metric("microagent_collaborations_running"),
+        "collaborations_running_after": srv.metric("microagent:collaborations_running"),
     }
 
 
 def engine_kill(srv: Server, kill_after: float) -> dict[str, Any]:
     """12 vote collaborations, the EngineCore killed under them; what each client got."""
     outcomes: list[dict[str, Any]] = []
-    resumed_before = srv.metric("microagent_engine_resumed_tokens_total")
+    resumed_before = srv.metric("microagent:engine_resumed_tokens_total")
 
     async def one(client: httpx.AsyncClient) -> None:
         start = time.monotonic()
@@ -160,7 +160,7 @@ def engine_kill(srv: Server, kill_after: float) -> dict[str, Any]:
         "json_503": sum(o["status"] == 503 and o["json"] for o in outcomes),
         "other": sorted(str(o["status"]) for o in outcomes if o["status"] not in (200, 503)),
         "latest_200_s": round(max((o["s"] for o in ok), default=0.0), 1),
-        "resumed_tokens": srv.metric("microagent_engine_resumed_tokens_total") - resumed_before,
+        "resumed_tokens": srv.metric("microagent:engine_resumed_tokens_total") - resumed_before,
         "restart_s": restart_seconds(srv),
     }
 

@@ -298,10 +298,10 @@ class LangGraph(Client):
 
 #: The server's own counters the ``microagent-http`` system reads (``/metrics``).
 HTTP_METRICS = (
-    "microagent_prompt_tokens_total",
-    "microagent_cached_tokens_total",
-    "microagent_engine_recomputed_tokens_total",
-    "microagent_engine_retained_hit_tokens_total",
+    "microagent:prompt_tokens_total",
+    "microagent:cached_tokens_total",
+    "microagent:engine_recomputed_tokens_total",
+    "microagent:engine_retained_hit_tokens_total",
 )
 
 
@@ -398,14 +398,14 @@ class Http:
         def delta(name: str) -> int:
             return int(after[name] - before[name])
 
-        prompt = delta("microagent_prompt_tokens_total")
+        prompt = delta("microagent:prompt_tokens_total")
         return {
             "records": [],
             "prompt_tokens": prompt,
-            "computed_tokens": prompt - delta("microagent_cached_tokens_total"),
+            "computed_tokens": prompt - delta("microagent:cached_tokens_total"),
             "reusable_tokens": None,
-            "recomputed_tokens": delta("microagent_engine_recomputed_tokens_total"),
-            "retained_hit_tokens": delta("microagent_engine_retained_hit_tokens_total"),
+            "recomputed_tokens": delta("microagent:engine_recomputed_tokens_total"),
+            "retained_hit_tokens": delta("microagent:engine_retained_hit_tokens_total"),
             "preemptions": None,
             "released": {},
         }

@@ -147,7 +147,7 @@ def kill_one(client: Client, url: str) -> dict[str, Any]:
     def running() -> float:
         text = client.http.get("/metrics", headers=metrics).text
         for line in text.splitlines():
-            if line.startswith("microagent_requests_running "):
+            if line.startswith("microagent:requests_running "):
                 return float(line.split()[1])
         return 0.0
 

@@ -14,7 +14,7 @@ and collaborations whose agents call the server tool.
 Every ``--every`` requests it samples the server: resident memory (the server
 process and the EngineCore under it), open file descriptors
 (``/proc/PID/fd``), the event loop's asyncio tasks
-(``microagent_asyncio_tasks``), the engine's running, waiting and live
+(``microagent:asyncio_tasks``), the engine's running, waiting and live
 requests, retained KV blocks and retentions (``/metrics``).
 
 **Starting level** = the sample taken after a warm-up, once the server is
@@ -189,14 +189,14 @@ async def sample(client: Any, pid: int, phase: str, done: int, t0: float) -> dic
         "processes": len(children),
         "fds": len(os.listdir(f"/proc/{pid}/fd")),
         "threads": proc.num_threads(),
-        "asyncio_tasks": int(m.get("microagent_asyncio_tasks", -1)),
-        "engine_running": int(m.get("microagent_engine_requests_running", 0)),
-        "engine_waiting": int(m.get("microagent_engine_requests_waiting", 0)),
-        "engine_live": int(m.get("microagent_engine_requests_live", 0)),
-        "retained_blocks": int(m.get("microagent_engine_retained_blocks", 0)),
-        "retentions": int(m.get("microagent_engine_retentions", 0)),
-        "requests_running": int(m.get("microagent_requests_running", 0)),
-        "collaborations_running": int(m.get("microagent_collaborations_running", 0)),
+        "asyncio_tasks": int(m.get("microagent:asyncio_tasks", -1)),
+        "engine_running": int(m.get("microagent:engine_requests_running", 0)),
+        "engine_waiting": int(m.get("microagent:engine_requests_waiting", 0)),
+        "engine_live": int(m.get("microagent:engine_requests_live", 0)),
+        "retained_blocks": int(m.get("microagent:engine_retained_blocks", 0)),
+        "retentions": int(m.get("microagent:engine_retentions", 0)),
+        "requests_running": int(m.get("microagent:requests_running", 0)),
+        "collaborations_running": int(m.get("microagent:collaborations_running", 0)),
         "loadavg": round(os.getloadavg()[0], 2),
     }
 
@@ -324,8 +324,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         samples.append(final)
         print(R.sample_line(final), flush=True)
         metrics_text = (await probe.get("/metrics")).text
-        served = labelled(metrics_text, "microagent_requests_total")
-        collaborations = labelled(metrics_text, "microagent_collaborations_total")
+        served = labelled(metrics_text, "microagent:requests_total")
+        collaborations = labelled(metrics_text, "microagent:collaborations_total")
     finally:
         await probe.aclose()
         exit_code = server.stop()

@@ -39,6 +39,8 @@ from ._types import (
 )
 
 if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
+
     from ._chat import ChatComposer
 
 _RESIDENT_LIMIT = 8192
@@ -532,6 +534,14 @@ class EngineBridge(abc.ABC):
     async def _retention_stats(self) -> RetentionStats:
         """The engine's retention statistics (engines with retention override it)."""
         return RetentionStats()
+
+    def prometheus_collector(self) -> Collector | None:
+        """The engine's own Prometheus series (vLLM's ``vllm:*``), None for engines without.
+
+        ``/metrics`` exposes them next to the server's own, so a vLLM dashboard
+        works unchanged; each engine keeps its own (several models, restarts).
+        """
+        return None
 
     def stats(self) -> EngineStats:
         snap = self._scheduler_snapshot()

@@ -107,7 +107,7 @@ def admit(
         share = limits.collaborations_per_key
         held = state.key_collaborations.get(tenant, 0)
         if held >= share:
-            state.metrics.inc("microagent_rejected_total", reason="key_collaborations")
+            state.metrics.inc("microagent:rejected_total", reason="key_collaborations")
             raise ApiError(
                 429,
                 f"this API key runs {held} collaborations, its share of the server's "
@@ -125,7 +125,7 @@ def admit(
         try:
             admission = state.quotas.admit(tenant, worst_tokens)
         except ApiError as exc:
-            state.metrics.inc("microagent_rejected_total", reason=exc.code or "quota")
+            state.metrics.inc("microagent:rejected_total", reason=exc.code or "quota")
             raise
     state.requests += 1
     if collaboration:

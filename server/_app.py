@@ -34,7 +34,8 @@ from ._completions import CompletionsRequest, refused_prompt, text_completion
 from ._errors import ApiError, bad_request, error_responses
 from ._guard import Guard
 from ._mcp import McpSupervisor
-from ._metrics import ServerMetrics
+from ._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from ._metrics import EngineScrape, ServerMetrics
 from ._openapi import openapi
 from ._plan import CollaborationPlan, Plan, plan_prompt, plan_request
 from ._quota import Quotas
@@ -210,7 +211,8 @@ def create_app(
         }
 
     @app.get("/metrics", response_class=PlainTextResponse)
-    async def metrics() -> PlainTextResponse:
+    async def metrics() -> Response:
+        """Our ``microagent:*`` series and each engine's ``vllm:*`` (Prometheus text)."""
         state.metrics.collaborations_running = state.collaborations
         state.metrics.requests_running = state.requests
         retention = {}
@@ -219,10 +221,8 @@ def create_app(
             with contextlib.suppress(Exception):  # a restarting engine reports nothing
                 retention[name] = await bridge.retention_stats()
                 tiers[name] = await bridge.tier_stats()
-        return PlainTextResponse(
-            state.metrics.render(state.engines, retention, tiers),
-            media_type="text/plain; version=0.0.4",
-        )
+        scrape = EngineScrape(state.engines, retention, tiers, state.sessions.turns_by_model())
+        return Response(state.metrics.render(scrape), media_type=METRICS_CONTENT_TYPE)
 
     @app.post(
         "/v1/chat/completions",
@@ -298,7 +298,7 @@ async def _served(
     set_cache_salt(salt_for(tenant_of(request)) if state.salted else None)
     try:
         if state.drain.draining:
-            state.metrics.inc("microagent_rejected_total", reason="shutting_down")
+            state.metrics.inc("microagent:rejected_total", reason="shutting_down")
             state.drain.check()
         response: Response | None = None
         with state.drain.track():  # cancelled if it outlives a shutdown's grace period
@@ -306,9 +306,9 @@ async def _served(
         if response is None:
             raise state.drain.refusal()
     except ApiError as exc:
-        state.metrics.inc("microagent_requests_total", kind=kind, status=str(exc.status))
+        state.metrics.inc("microagent:requests_total", kind=kind, status=str(exc.status))
         raise
-    state.metrics.inc("microagent_requests_total", kind=kind, status=str(response.status_code))
+    state.metrics.inc("microagent:requests_total", kind=kind, status=str(response.status_code))
     return response
 
 

@@ -77,7 +77,7 @@ async def complete(
     top = body.top_logprobs or 0
     choices = [choice(bridge, i, r, plan.tools, top) for i, r in enumerate(results)]
     await turn_done(state, bridge, plan.tenant, session, results[0], choices[0]["message"])
-    state.metrics.add_usage(prompt_tokens, cached, completion)
+    state.metrics.add_usage(prompt_tokens, cached, completion, model=bridge.model)
     return results, choices
 
 
@@ -143,7 +143,7 @@ async def collaborate_once(
     mode = plan.prepared.op.name
 
     def lost() -> None:
-        state.metrics.inc("microagent_collaborations_total", mode=mode, status="failed")
+        state.metrics.inc("microagent:collaborations_total", mode=mode, status="failed")
 
     try:
         outcome = await until_disconnect(

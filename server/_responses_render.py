@@ -284,7 +284,7 @@ def stream_completion_response(
             events.put("response.output_item.done", output_index=index, item=item)
             output.append(item)
         used = (result.prompt_tokens, result.cached_tokens, result.completion_tokens)
-        state.metrics.add_usage(*used)
+        state.metrics.add_usage(*used, model=bridge.model)
         status = "incomplete" if result.finish_reason == "length" and not made else "completed"
         events.put(f"response.{status}", response=shape.body(output, status=status, usage=used))
         buf.put(StreamItem(build=lambda _t: DONE))
@@ -317,7 +317,7 @@ def stream_collaboration_response(
         except ApiError as exc:
             if isinstance(exc, EngineLost):
                 mode = plan.prepared.op.name
-                state.metrics.inc("microagent_collaborations_total", mode=mode, status="failed")
+                state.metrics.inc("microagent:collaborations_total", mode=mode, status="failed")
                 count_lost(state.metrics, "collaboration", "stream")
             events.error(exc)
             return

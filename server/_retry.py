@@ -11,10 +11,10 @@ stream that already sent data, the client gets ``EngineLost``: a 503 with
 ``resume_journal``): the rerun's engine requests that equal the first run's are
 answered from what they generated, or continue from it, instead of decoding it again.
 
-Metrics (``ServerMetrics``): ``microagent_engine_retries_total{kind,outcome}``
-counts reruns and how they ended; ``microagent_engine_lost_total{kind,reason}``
+Metrics (``ServerMetrics``): ``microagent:engine_retries_total{kind,outcome}``
+counts reruns and how they ended; ``microagent:engine_lost_total{kind,reason}``
 counts requests answered 503 (or a stream's error event) because of a death;
-``microagent_engine_resumed_tokens_total{kind}`` the generated tokens reruns kept.
+``microagent:engine_resumed_tokens_total{kind}`` the generated tokens reruns kept.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ class ToolWatch:
 
 def count_lost(metrics: ServerMetrics, kind: Kind, reason: LostReason) -> None:
     """Count one request answered with an engine error, and why it was not run again."""
-    metrics.inc("microagent_engine_lost_total", kind=kind, reason=reason)
+    metrics.inc("microagent:engine_lost_total", kind=kind, reason=reason)
 
 
 async def run_retrying(
@@ -197,8 +197,8 @@ async def _run_retrying(
             outcome = "ok"
             return result
     finally:
-        metrics.inc("microagent_engine_retries_total", kind=kind, outcome=outcome)
-        metrics.inc("microagent_engine_resumed_tokens_total", journal.tokens_kept, kind=kind)
+        metrics.inc("microagent:engine_retries_total", kind=kind, outcome=outcome)
+        metrics.inc("microagent:engine_resumed_tokens_total", journal.tokens_kept, kind=kind)
     # the rerun was cancelled at the deadline (a collaboration counts itself as cancelled)
     count_lost(metrics, kind, "deadline")
     raise EngineLost(

@@ -217,7 +217,7 @@ async def _collaborate(
             token_budget=plan.token_budget,
         )
     except TimeoutError:  # collaboration.timeout (the server's request_timeout by default)
-        metrics.inc("microagent_collaborations_total", mode=mode, status="timeout")
+        metrics.inc("microagent:collaborations_total", mode=mode, status="timeout")
         raise ApiError(
             504,
             f"collaboration.timeout: the collaboration did not finish within "
@@ -227,47 +227,52 @@ async def _collaborate(
             type="timeout_error",
         ) from None
     except InvalidCollaboration as exc:
-        metrics.inc("microagent_collaborations_total", mode=mode, status="invalid")
+        metrics.inc("microagent:collaborations_total", mode=mode, status="invalid")
         raise invalid_collaboration(exc.field, exc.reason) from None
     except TokenBudgetExceeded as exc:  # a mode with no bound, stopped before crossing it
-        metrics.inc("microagent_collaborations_total", mode=mode, status="invalid")
+        metrics.inc("microagent:collaborations_total", mode=mode, status="invalid")
         raise bad_request(exc.reason, "max_tokens", "token_budget_exceeded") from None
     except NoAnswer as exc:  # the request's own graph left no answer: not a server error
-        metrics.inc("microagent_collaborations_total", mode=mode, status="no_answer")
+        metrics.inc("microagent:collaborations_total", mode=mode, status="no_answer")
         raise ApiError(
             422, f"{exc.field}: {exc.reason}", param=exc.field, code="no_answer"
         ) from None
     except CollaborationFailed as exc:
         remote = remote_failure(exc)
         if remote is not None:
-            metrics.inc("microagent_collaborations_total", mode=mode, status="failed")
+            metrics.inc("microagent:collaborations_total", mode=mode, status="failed")
             raise remote from None
         lost = _engine_loss(exc, involved, deaths, state.limits.retry_after)
         if lost is not None:
             raise lost from None
-        metrics.inc("microagent_collaborations_total", mode=mode, status="failed")
+        metrics.inc("microagent:collaborations_total", mode=mode, status="failed")
         raise ApiError(
             500, f"collaboration failed: {exc.reason}", code="collaboration_failed"
         ) from None
     except anyio.get_cancelled_exc_class():
-        metrics.inc("microagent_collaborations_total", mode=mode, status="cancelled")
+        metrics.inc("microagent:collaborations_total", mode=mode, status="cancelled")
         raise
     except Exception as exc:
         lost = _engine_loss(exc, involved, deaths, state.limits.retry_after)
         if lost is not None:
             raise lost from None
-        metrics.inc("microagent_collaborations_total", mode=mode, status="error")
+        metrics.inc("microagent:collaborations_total", mode=mode, status="error")
         raise engine_error(exc) from None
-    metrics.inc("microagent_collaborations_total", mode=mode, status="ok")
+    metrics.inc("microagent:collaborations_total", mode=mode, status="ok")
     if outcome.early_stopped:
-        metrics.inc("microagent_early_stops_total", mode=mode)
+        metrics.inc("microagent:early_stops_total", mode=mode)
     pruned = sum(1 for a in outcome.agents if a.finish_reason == "pruned")
     if pruned:
-        metrics.inc("microagent_pruned_agents_total", pruned, mode=mode)
+        metrics.inc("microagent:pruned_agents_total", pruned, mode=mode)
     u = outcome.usage
     metrics.add_usage(
-        u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.saved_completion_tokens
+        u.prompt_tokens,
+        u.cached_tokens,
+        u.completion_tokens,
+        u.saved_completion_tokens,
+        model=bridge.model,
     )
+    metrics.observe_collaboration(outcome, bridge.model)
     return outcome
 
 

@@ -307,6 +307,14 @@ class Sessions:
         while len(mine) > MAX_GAP_SERIES:  # the least recently observed goes
             mine.popitem(last=False)
 
+    def turns_by_model(self) -> dict[str, int]:
+        """Retained turns tracked for the clients' next turns, per served model (``/metrics``)."""
+        counts: dict[str, int] = {}
+        for turns in self._turns.values():
+            for turn in turns.values():
+                counts[turn.bridge.model] = counts.get(turn.bridge.model, 0) + 1
+        return counts
+
     def gap_series(self, tenant: str) -> int:
         """Gap series remembered for ``tenant`` (at most ``MAX_GAP_SERIES``)."""
         return len(self._gaps.get(tenant, ()))

@@ -174,7 +174,7 @@ def tenant_of(request: Request) -> str:
 
 def overloaded(state: ServerState, what: str) -> ApiError:
     """429 (503 for a full engine queue) with ``Retry-After``, counted as rejected."""
-    state.metrics.inc("microagent_rejected_total", reason=what)
+    state.metrics.inc("microagent:rejected_total", reason=what)
     status = 503 if what == "engine_queue" else 429
     return ApiError(
         status,

@@ -8,6 +8,7 @@ quota is settled with what the stream used, whole or cut (``Admitted.release``).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
@@ -75,8 +76,16 @@ def stream_completion(state: ServerState, plan: CompletionPlan, admitted: Admitt
             retain=session.retain if index == 0 else None,
         ) as gen:
             meter.add(len(prompt))  # submitted: the engine computes (or hits) the prompt
+            submitted, first = time.monotonic(), True
             async for delta in gen:
                 meter.add(len(delta.token_ids))
+                if first and delta.token_ids:
+                    first = False
+                    state.metrics.observe(
+                        "microagent:time_to_first_token_seconds",
+                        time.monotonic() - submitted,
+                        model_name=bridge.model,
+                    )
                 text = bridge.chat.content(delta.text)
                 if calls is not None:
                     text = calls.feed(text)
@@ -131,7 +140,7 @@ def stream_completion(state: ServerState, plan: CompletionPlan, admitted: Admitt
             return
         finally:
             admitted.release()
-        state.metrics.add_usage(*totals)
+        state.metrics.add_usage(*totals, model=bridge.model)
         if include_usage:
             buf.put(fixed(stamp.chunk([], usage=usage(*totals))))
         buf.put(fixed(DONE))
@@ -203,7 +212,7 @@ def stream_collaboration(
         except ApiError as exc:
             if isinstance(exc, EngineLost):  # data went out already: the stream says so, ends
                 mode = plan.prepared.op.name
-                state.metrics.inc("microagent_collaborations_total", mode=mode, status="failed")
+                state.metrics.inc("microagent:collaborations_total", mode=mode, status="failed")
                 count_lost(state.metrics, "collaboration", "stream")
             buf.put(fixed(exc.body()))
             buf.put(fixed(DONE))
@@ -229,7 +238,7 @@ def stream_collaboration(
         collaboration = outcome.to_dict()
 
         def final(_t: str) -> dict[str, Any]:
-            state.metrics.inc("microagent_sse_dropped_events_total", buf.dropped)
+            state.metrics.inc("microagent:sse_dropped_events_total", buf.dropped)
             return stamp.chunk(
                 [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}],
                 collaboration=collaboration,

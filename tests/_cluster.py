@@ -57,7 +57,7 @@ class Cluster:
         as its own /metrics says (a pinned request, which is not itself counted there)."""
         deadline = time.monotonic() + within
         while True:
-            running = self.replica_metric(replica, "microagent_requests_running")
+            running = self.replica_metric(replica, "microagent:requests_running")
             if (running >= count) if above else (running <= count):
                 return
             assert time.monotonic() < deadline, f"{replica} stayed at {running} requests"

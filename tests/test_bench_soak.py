@@ -123,13 +123,13 @@ def test_a_stream_passes_only_when_it_ends_with_done_and_no_error() -> None:
 
 def test_metrics_parse_sums_label_sets() -> None:
     text = (
-        '# HELP x y\nmicroagent_engine_retained_blocks{model="a"} 3\n'
-        'microagent_engine_retained_blocks{model="b"} 4\nmicroagent_asyncio_tasks 7\n'
-        'microagent_requests_total{kind="completion",status="200"} 5\n'
+        '# HELP x y\nmicroagent:engine_retained_blocks{model_name="a"} 3\n'
+        'microagent:engine_retained_blocks{model_name="b"} 4\nmicroagent:asyncio_tasks 7\n'
+        'microagent:requests_total{kind="completion",status="200"} 5\n'
     )
     m = S.parse_metrics(text)
-    assert m["microagent_engine_retained_blocks"] == 7 and m["microagent_asyncio_tasks"] == 7
-    assert S.labelled(text, "microagent_requests_total") == {
+    assert m["microagent:engine_retained_blocks"] == 7 and m["microagent:asyncio_tasks"] == 7
+    assert S.labelled(text, "microagent:requests_total") == {
         '{kind="completion",status="200"}': 5.0
     }
 

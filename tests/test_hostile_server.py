@@ -300,7 +300,7 @@ def read_until(sock: socket.socket, marker: bytes | None, timeout: float = 30.0)
 
 def cancelled(srv: LiveServer, mode: str) -> float:
     value: float = srv.state.metrics.value(
-        "microagent_collaborations_total", mode=mode, status="cancelled"
+        "microagent:collaborations_total", mode=mode, status="cancelled"
     )
     return value
 

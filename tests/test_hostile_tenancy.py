@@ -145,7 +145,7 @@ def test_a_tenant_key_gets_403_on_metrics_and_the_admin_key_reads_them() -> None
                 assert "admin key" in refused.json()["error"]["message"]
             assert (await client.get("/metrics")).status_code == 401
             served = await client.get("/metrics", headers=bearer(ADMIN))
-            assert served.status_code == 200 and "microagent_requests_total" in served.text
+            assert served.status_code == 200 and "microagent:requests_total" in served.text
             # the admin key is for /metrics only: it is no tenant
             assert (await client.get("/v1/models", headers=bearer(ADMIN))).status_code == 403
             assert (await client.get("/health")).status_code == 200

@@ -184,7 +184,7 @@ def test_a_key_at_its_concurrency_limit_gets_429_while_another_key_is_served() -
 
         anyio.run(scenario)
         metrics = httpx.get(f"{srv.url}/metrics", headers=srv.admin_headers)
-        assert 'microagent_rejected_total{reason="concurrency_limit_exceeded"} 1' in metrics.text
+        assert 'microagent:rejected_total{reason="concurrency_limit_exceeded"} 1.0' in metrics.text
         assert not any(k in metrics.text for k in KEYS)
 
 

@@ -169,7 +169,7 @@ async def test_a_collaboration_run_again_over_http_keeps_its_tokens(
             )
             assert r.status_code == 200, r.text
             text = (await c.get("/metrics")).text
-    kept = metric_lines(text, "microagent_engine_resumed_tokens_total")
+    kept = metric_lines(text, "microagent:engine_resumed_tokens_total")
     assert kept['{kind="collaboration"}'] >= 12
     continued = [
         req

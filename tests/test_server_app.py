@@ -453,10 +453,10 @@ def test_collaboration_stream(server: LiveServer) -> None:
 def test_metrics_count_requests_and_collaborations(server: LiveServer) -> None:
     assert post(server, VOTE).status_code == 200
     text = httpx.get(f"{server.url}/metrics").text
-    assert 'microagent_collaborations_total{mode="vote",status="ok"}' in text
-    assert 'microagent_requests_total{kind="collaboration",status="200"}' in text
-    assert "microagent_engine_requests_running 0" in text
-    assert server.metric("microagent_prompt_tokens_total") > 0
+    assert 'microagent:collaborations_total{mode="vote",status="ok"}' in text
+    assert 'microagent:requests_total{kind="collaboration",status="200"}' in text
+    assert 'microagent:engine_requests_running{model_name="scripted"} 0.0' in text
+    assert server.metric("microagent:prompt_tokens_total") > 0
 
 
 def test_metrics_report_retention_and_a_finished_collaboration_holds_nothing(
@@ -474,16 +474,18 @@ def test_metrics_report_retention_and_a_finished_collaboration_holds_nothing(
     values = {
         line.split(" ")[0]: float(line.split(" ")[1])
         for line in text.splitlines()
-        if line.startswith("microagent_engine_retent")
-        or line.startswith("microagent_engine_retained")
+        if line.startswith("microagent:engine_retent")
+        or line.startswith("microagent:engine_retained")
     }
-    assert values['microagent_engine_retained_blocks{model="scripted"}'] == 0
-    assert values['microagent_engine_retentions{model="scripted"}'] == 0
-    released = 'microagent_engine_retention_releases_total{model="scripted",cause="released"}'
-    superseded = 'microagent_engine_retention_releases_total{model="scripted",cause="superseded"}'
+    assert values['microagent:engine_retained_blocks{model_name="scripted"}'] == 0
+    assert values['microagent:engine_retentions{model_name="scripted"}'] == 0
+    released = 'microagent:engine_retention_releases_total{cause="released",model_name="scripted"}'
+    superseded = (
+        'microagent:engine_retention_releases_total{cause="superseded",model_name="scripted"}'
+    )
     assert values[released] >= 2  # one per debater, when the collaboration ended
     assert values[superseded] >= 2  # round 2 replaced each debater's round-1 thread
-    assert values['microagent_engine_retained_hit_tokens_total{model="scripted"}'] > 0
+    assert values['microagent:engine_retained_hit_tokens_total{model_name="scripted"}'] > 0
 
 
 # -- API key ------------------------------------------------------------------------------------
@@ -542,7 +544,7 @@ def test_overload_gets_429_and_recovers() -> None:
 
         anyio.run(scenario)
         assert (
-            'microagent_rejected_total{reason="concurrent_collaborations"} 1'
+            'microagent:rejected_total{reason="concurrent_collaborations"} 1.0'
             in httpx.get(f"{srv.url}/metrics").text
         )
 
@@ -606,7 +608,7 @@ def test_disconnect_cancels_the_collaboration(stream: bool) -> None:
             assert running_when_left
             await eventually(
                 lambda: (
-                    srv.metric("microagent_engine_requests_running") == 0
+                    srv.metric("microagent:engine_requests_running") == 0
                     and not srv.state.collaborations
                 ),
                 5,
@@ -616,8 +618,8 @@ def test_disconnect_cancels_the_collaboration(stream: bool) -> None:
         assert not engine.live_requests()
         assert engine.stats().requests_aborted >= 1
         text = httpx.get(f"{srv.url}/metrics").text
-        assert 'microagent_collaborations_total{mode="debate",status="cancelled"} 1' in text
-        assert "microagent_collaborations_running 0" in text
+        assert 'microagent:collaborations_total{mode="debate",status="cancelled"} 1.0' in text
+        assert "microagent:collaborations_running 0.0" in text
 
 
 GRAPH = {

@@ -95,13 +95,13 @@ async def test_a_collaboration_whose_engine_died_runs_again_and_answers_200(
         assert r.status_code == 200, r.text
         assert r.json()["choices"][0]["message"]["content"]
         text = (await client.get("/metrics")).text
-    retries = metric_lines(text, "microagent_engine_retries_total")
+    retries = metric_lines(text, "microagent:engine_retries_total")
     assert retries == {'{kind="collaboration",outcome="ok"}': 1}
-    assert metric_lines(text, "microagent_engine_lost_total") == {}
-    assert metric_lines(text, "microagent_engine_deaths_total") == {'{model="scripted"}': 1}
-    assert metric_lines(text, "microagent_engine_restarts_total") == {'{model="scripted"}': 1}
+    assert metric_lines(text, "microagent:engine_lost_total") == {}
+    assert metric_lines(text, "microagent:engine_deaths_total") == {'{model_name="scripted"}': 1}
+    assert metric_lines(text, "microagent:engine_restarts_total") == {'{model_name="scripted"}': 1}
     # the client's collaboration is counted once, as it ended
-    assert metric_lines(text, "microagent_collaborations_total") == {'{mode="vote",status="ok"}': 1}
+    assert metric_lines(text, "microagent:collaborations_total") == {'{mode="vote",status="ok"}': 1}
     assert engine.stats().requests_failed >= 1  # the first run's requests died
     assert not engine.live_requests()
     assert app.state.microagent.requests == 0
@@ -118,7 +118,7 @@ async def test_a_plain_completion_whose_engine_died_runs_again(
         assert len(r.json()["choices"]) == 2
         assert r.json()["usage"]["completion_tokens"] > 0
         text = (await client.get("/metrics")).text
-    assert metric_lines(text, "microagent_engine_retries_total") == {
+    assert metric_lines(text, "microagent:engine_retries_total") == {
         '{kind="completion",outcome="ok"}': 1
     }
     assert engine.epoch == 1 and not engine.live_requests()
@@ -158,11 +158,11 @@ async def test_a_collaboration_that_ran_a_tool_is_not_run_again(
         assert error["code"] == "engine_unavailable"
         assert "tool ran" in error["message"]
         text = (await client.get("/metrics")).text
-    assert metric_lines(text, "microagent_engine_lost_total") == {
+    assert metric_lines(text, "microagent:engine_lost_total") == {
         '{kind="collaboration",reason="tool_ran"}': 1
     }
-    assert metric_lines(text, "microagent_engine_retries_total") == {}
-    assert metric_lines(text, "microagent_collaborations_total") == {
+    assert metric_lines(text, "microagent:engine_retries_total") == {}
+    assert metric_lines(text, "microagent:collaborations_total") == {
         '{mode="debate",status="failed"}': 1
     }
     assert len(engine.history) > 0 and not engine.live_requests()
@@ -181,7 +181,7 @@ async def test_past_its_deadline_a_request_gets_503_with_retry_after(
         ok = await client.post("/v1/chat/completions", json=VOTE)  # the new engine serves
         assert ok.status_code == 200
         text = (await client.get("/metrics")).text
-    assert metric_lines(text, "microagent_engine_lost_total") == {
+    assert metric_lines(text, "microagent:engine_lost_total") == {
         '{kind="collaboration",reason="deadline"}': 1
     }
 
@@ -211,7 +211,7 @@ async def test_a_stream_whose_engine_died_ends_with_an_error_event_and_done(
     assert first["choices"][0]["delta"]["role"] == "assistant"  # data went out before
     assert last["error"]["code"] == "engine_unavailable"
     kind = "collaboration" if agents else "completion"
-    assert metric_lines(text, "microagent_engine_lost_total") == {
+    assert metric_lines(text, "microagent:engine_lost_total") == {
         f'{{kind="{kind}",reason="stream"}}': 1
     }
 
@@ -294,8 +294,8 @@ async def test_a_request_runs_again_once_only(
         )
     assert len(attempts) == 2 and lost == [1]
     assert info.value.headers["retry-after"] == "4"
-    assert metrics.value("microagent_engine_retries_total", kind="completion", outcome="failed")
-    assert metrics.value("microagent_engine_lost_total", kind="completion", reason="retry_failed")
+    assert metrics.value("microagent:engine_retries_total", kind="completion", outcome="failed")
+    assert metrics.value("microagent:engine_lost_total", kind="completion", reason="retry_failed")
 
 
 # -- the real engine ---------------------------------------------------------------------
@@ -381,12 +381,12 @@ def test_killing_the_engine_core_under_load(real_engine: RealEngine) -> None:
         assert lines[-1] == "[DONE]"
         assert json.loads(lines[-2])["error"]["code"] == "engine_unavailable"
     assert (bridge.deaths, bridge.restarts) == (deaths + 1, restarts + 1)
-    retries = metric_lines(text, "microagent_engine_retries_total")
+    retries = metric_lines(text, "microagent:engine_retries_total")
     ok = int(retries.get('{kind="collaboration",outcome="ok"}', 0))
     failed = int(retries.get('{kind="collaboration",outcome="failed"}', 0))
     assert ok + failed == 12  # every one of them lost its requests, and ran again
     assert ok == sum(1 for r in plain if r.status_code == 200)
-    lost = metric_lines(text, "microagent_engine_lost_total")
+    lost = metric_lines(text, "microagent:engine_lost_total")
     assert lost['{kind="collaboration",reason="stream"}'] == 4
     assert sum(lost.values()) - 4 == sum(1 for r in plain if r.status_code == 503)
     print(f"ran again: {ok} answered 200, {failed} got 503")

@@ -47,12 +47,17 @@ class LiveServer:
         return self.app.state.microagent
 
     def metric(self, name: str) -> float:
-        """A metric's value as /metrics shows it (the unlabelled sample)."""
+        """A metric's value as /metrics shows it, summed over its label sets (each
+        engine's ``model_name``); KeyError when the family has no sample."""
         text = httpx.get(f"{self.url}/metrics", headers=self.admin_headers).text
-        for line in text.splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-        raise KeyError(name)
+        values = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith((name + " ", name + "{"))
+        ]
+        if not values:
+            raise KeyError(name)
+        return sum(values)
 
     headers: dict[str, str]
     #: what reads /metrics: the admin key when the server has one
@@ -152,4 +157,4 @@ def test_live_server_serves_health_and_models() -> None:
         assert httpx.get(f"{srv.url}/health").json()["status"] == "ok"
         models = httpx.get(f"{srv.url}/v1/models").json()
         assert [m["id"] for m in models["data"]] == ["scripted"]
-        assert srv.metric("microagent_engine_requests_running") == 0
+        assert srv.metric("microagent:engine_requests_running") == 0

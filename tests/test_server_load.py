@@ -48,9 +48,9 @@ async def test_500_concurrent_collaborations_all_succeed_without_leaks(
 
         assert statuses == [200] * 500
         assert set(answers) <= {"yes", "no"}
-        assert 'microagent_collaborations_total{mode="vote",status="ok"} 500' in metrics
-        assert "microagent_collaborations_running 0" in metrics
-        assert "microagent_engine_requests_running 0" in metrics
+        assert 'microagent:collaborations_total{mode="vote",status="ok"} 500.0' in metrics
+        assert "microagent:collaborations_running 0.0" in metrics
+        assert 'microagent:engine_requests_running{model_name="scripted"} 0.0' in metrics
         assert not engine.live_requests()
         assert engine.stats().scheduler_running == 0
         assert app.state.microagent.collaborations == 0

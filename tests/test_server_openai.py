@@ -174,7 +174,7 @@ def test_disconnect_mid_debate_returns_the_engine_to_idle(
                     break
         await eventually(
             lambda: (
-                server.metric("microagent_engine_requests_running") == 0
+                server.metric("microagent:engine_requests_running") == 0
                 and not server.state.collaborations
             ),
             5,

@@ -85,7 +85,7 @@ async def test_drain_lets_work_finish_then_cancels_what_outlives_the_grace(
     assert not engine.live_requests()  # their engine requests were aborted
     assert engine.stats().requests_aborted >= 3
     assert app.state.microagent.requests == 0
-    assert 'microagent_rejected_total{reason="shutting_down"} 1' in metrics
+    assert 'microagent:rejected_total{reason="shutting_down"} 1.0' in metrics
 
 
 def _free_port() -> int:

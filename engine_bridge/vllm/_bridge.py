@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
+from prometheus_client import CollectorRegistry
 
 from .._bridge import EngineBridge, EngineRequest, EngineStep, SchedulerSnapshot
 from .._errors import EngineBridgeError, EngineDied, EngineUnavailable, RequestRefused
@@ -216,6 +217,7 @@ class VLLMBridge(EngineBridge):
         self._tokenizer: compat.HFTokenizer | None = None
         self._engine: Any = None
         self._sink = compat.StatSink()
+        self._prometheus: CollectorRegistry | None = None
         self._kv_capacity = 0
         self._lora_ids: dict[str, int] = {}
         self._ready = asyncio.Event()
@@ -382,6 +384,7 @@ class VLLMBridge(EngineBridge):
             environment = compat.cpu_engine_environment()
         args = compat.engine_args(**self._engine_arguments())
         sink = compat.StatSink()
+        registry = CollectorRegistry(auto_describe=True)  # this engine's vllm:* series
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         # Off the event loop: starting takes ~20 s and other requests keep being served.
@@ -391,7 +394,7 @@ class VLLMBridge(EngineBridge):
             asyncio.to_thread(
                 compat.start_engine,
                 args,
-                compat.stat_logger_factory(sink),
+                [compat.stat_logger_factory(sink), compat.prometheus_logger(registry)],
                 preload,
                 environment,
             )
@@ -407,6 +410,7 @@ class VLLMBridge(EngineBridge):
         blocks, block_size = compat.kv_geometry(engine)
         self._engine = engine
         self._sink = sink
+        self._prometheus = registry
         self._kv_capacity = blocks * block_size
         if block_size:
             self.block_size = block_size
@@ -611,6 +615,15 @@ class VLLMBridge(EngineBridge):
             return
         with contextlib.suppress(Exception):
             await engine.abort(request_id)
+
+    def prometheus_collector(self) -> CollectorRegistry | None:
+        """vLLM's own ``vllm:*`` series of the current engine (its ``PrometheusStatLogger``).
+
+        Each engine start gets a fresh registry: a restarted engine's counters start
+        from zero (a counter reset, as after a ``vllm serve`` restart) and nothing is
+        registered twice.
+        """
+        return self._prometheus
 
     def _scheduler_snapshot(self) -> SchedulerSnapshot:
         s = self._sink

@@ -13,9 +13,12 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 from .._retention import Retain
 from .._types import FinishReason, Sampling, TokenLogprob
@@ -489,19 +492,21 @@ def engine_args(**kwargs: Any) -> Any:
 
 def start_engine(
     args: Any,
-    stat_logger_factory: Callable[..., Any],
+    stat_loggers: Sequence[Any],
     preload: str | None = None,
     environment: Mapping[str, str] | None = None,
 ) -> Any:
     """An in-process ``AsyncLLM`` (its EngineCore runs in a spawned child process).
 
-    ``preload``: a library its processes (EngineCore and the worker it spawns)
-    preload; ``environment``: variables they get unless the user set them.
+    ``stat_loggers``: the factories ``AsyncLLM`` records the scheduler's stats to
+    (``stat_logger_factory`` and ``prometheus_logger``); ``preload``: a library its
+    processes (EngineCore and the worker it spawns) preload; ``environment``:
+    variables they get unless the user set them.
     """
     from vllm.v1.engine.async_llm import AsyncLLM
 
     with engine_process_environment(preload, environment):
-        return AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger_factory])
+        return AsyncLLM.from_engine_args(args, stat_loggers=list(stat_loggers))
 
 
 def engine_core_pids(engine: Any) -> list[int]:
@@ -608,3 +613,43 @@ def stat_logger_factory(sink: StatSink) -> Callable[..., Any]:
         return _SinkLogger(vllm_config, engine_index)
 
     return factory
+
+
+def prometheus_logger(registry: CollectorRegistry) -> type:
+    """vLLM's own ``PrometheusStatLogger``, its ``vllm:*`` series registered in ``registry``.
+
+    vLLM registers them in prometheus_client's global ``REGISTRY`` and each new
+    ``PrometheusStatLogger`` first unregisters every ``vllm:*`` collector there: with
+    several engines in one process only the last one's series would survive (and a
+    restarted engine would take its predecessor's). A subclass whose metric classes
+    are bound to one engine's own registry keeps engines and restarts apart; the
+    connector, speculative-decoding and performance series it builds go there too.
+
+    Given to ``AsyncLLM`` among its stat loggers, it replaces the default one (vLLM
+    adds its own only when no custom logger is a ``PrometheusStatLogger``). Its
+    ``model_name`` label is the engine's ``served_model_name``.
+    """
+    import functools
+
+    from prometheus_client import Counter, Gauge, Histogram
+    from vllm.v1.metrics.loggers import PrometheusStatLogger
+
+    bound: dict[str, Any] = {
+        "_gauge_cls": staticmethod(functools.partial(Gauge, registry=registry)),
+        "_counter_cls": staticmethod(functools.partial(Counter, registry=registry)),
+        "_histogram_cls": staticmethod(functools.partial(Histogram, registry=registry)),
+    }
+
+    def in_registry(cls: type) -> type:
+        return type(cls.__name__, (cls,), bound)
+
+    parts = ("_spec_decoding_cls", "_kv_connector_cls", "_ec_connector_cls", "_perf_metrics_cls")
+    members = {
+        **bound,
+        **{
+            part: in_registry(getattr(PrometheusStatLogger, part))
+            for part in parts
+            if hasattr(PrometheusStatLogger, part)
+        },
+    }
+    return type("EnginePrometheusStatLogger", (PrometheusStatLogger,), members)
