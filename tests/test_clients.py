@@ -93,13 +93,22 @@ def test_the_agents_sdk_calls_its_tool_and_answers(
         assert out["events"] > 3, out
 
 
+@pytest.mark.parametrize(
+    "question",
+    [
+        "How many units of SKU-1234 are left?",
+        # issue 39: a 48-digit item at the 64-character bound, cut by max_tokens=64: no call
+        "How many widgets are in stock?",
+        "Do we have any blue chairs?",
+    ],
+)
 def test_a_langgraph_react_agent_makes_a_valid_call_and_reads_its_result(
-    peer: Path, server: LiveServer
+    peer: Path, server: LiveServer, question: str
 ) -> None:
     """``tool_choice="required"``: every turn must call, so the graph runs into its step
     limit, as it would against any server; what matters is a valid first call whose
     result reached the next model turn."""
-    out = run_client(peer, "langgraph_react.py", f"{server.url}/v1", "required")
+    out = run_client(peer, "langgraph_react.py", f"{server.url}/v1", "required", question)
     assert out["calls"] and 0 < len(out["calls"][0]) <= 64, out
     assert out["tool_results"] and "17 units" in out["tool_results"][0], out
     assert out["model_turns"] >= 2 and not out["finished"], out

@@ -1,6 +1,6 @@
 """A LangGraph ReAct agent (``create_react_agent`` + langchain-openai) against microagent.
 
-``python langgraph_react.py BASE_URL required|auto`` prints a JSON line: the
+``python langgraph_react.py BASE_URL required|auto [QUESTION]`` prints a JSON line: the
 tool's calls, the tool results the model read next, whether the graph finished
 or stopped at its step limit, and the last message's text.
 """
@@ -26,7 +26,10 @@ def lookup_stock(item: str) -> str:
     return f"{item}: 17 units in stock"
 
 
-def main(base_url: str, choice: str) -> None:
+QUESTION = "How many units of SKU-1234 are left?"
+
+
+def main(base_url: str, choice: str, question: str = QUESTION) -> None:
     llm = ChatOpenAI(
         model="default", base_url=base_url, api_key="unused", temperature=0, max_tokens=64
     )
@@ -36,7 +39,7 @@ def main(base_url: str, choice: str) -> None:
     finished = True
     try:
         for update in graph.stream(
-            {"messages": [("user", "How many units of SKU-1234 are left?")]},
+            {"messages": [("user", question)]},
             config={"recursion_limit": 5},
             stream_mode="updates",
         ):
@@ -60,4 +63,4 @@ def main(base_url: str, choice: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])
