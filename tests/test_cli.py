@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -75,7 +76,7 @@ def test_serve_options_parse() -> None:
             "enforce_eager=true",
         ]
     )
-    assert args.model == ["default", "/m2"]
+    assert args.models == ["default", "/m2"] and args.max_num_seqs == 8
     assert args.adapter == [("a", "/p")]
     assert args.engine_arg == [("enforce_eager", "true")]
     with pytest.raises(SystemExit):
@@ -123,6 +124,183 @@ def test_kv_tier_budgets_reach_the_bridge_and_one_tier_is_said_one_way(
     for bad in ("-1", "2GB", "lots"):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["serve", "--kv-host-bytes", bad])
+
+
+# -- vLLM's engine flags, vLLM's way --------------------------------------------------------
+
+needs_vllm = pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None, reason="vLLM's engine flags need vLLM"
+)
+
+
+@needs_vllm
+def test_serve_help_lists_vllm_engine_flags_beside_ours(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--help"])
+    assert info.value.code == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    for flag in (
+        "--tensor-parallel-size",
+        "--gpu-memory-utilization",
+        "--dtype",
+        "--quantization",
+        "--enable-prefix-caching",
+        "--kv-offloading-size",
+        "--max-num-seqs",
+        "--max-model-len",
+        "--served-model-name",
+        "--log-level",
+    ):
+        assert flag in shown, flag
+    for ours in ("--uvicorn-log-level", "--kv-tier-policy", "--kv-host-bytes", "--model MODEL"):
+        assert ours in shown, ours
+    assert "--max-num-seqs 16, --max-num-batched-tokens 2048 and --max-model-len 4096" in shown
+    with pytest.raises(SystemExit):
+        main(["serve", "--help=ParallelConfig"])
+    assert "--tensor-parallel-size" in capsys.readouterr().out
+
+
+@needs_vllm
+def test_engine_flags_reach_the_engine_arguments_only_when_given() -> None:
+    """The config-level check: what ``AsyncEngineArgs.from_cli_args`` reads from serve's
+    namespace is what the bridge hands the engine; flags not given stay vLLM's (on CPU,
+    the bridge's measured pins). No engine starts."""
+    from microagent.engine_bridge import VLLMBridge
+    from microagent.server._served import make_bridges
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    argv = [
+        "serve",
+        "--tensor-parallel-size",
+        "1",
+        "--max-model-len",
+        "2048",
+        "--kv-cache-dtype",
+        "auto",
+        "--gpu-memory-utilization",
+        "0.8",
+        "--dtype",
+        "bfloat16",
+        "--max_num_seqs",  # vLLM's parser: underscores work too
+        "8",
+    ]
+    args = build_parser().parse_args(argv)
+    assert args.uvicorn_log_level is None and args.models is None
+    cli = AsyncEngineArgs.from_cli_args(args)
+    (bridge,) = make_bridges(args)
+    assert isinstance(bridge, VLLMBridge)
+    bridge.model_path = "/models/m"
+    engine = AsyncEngineArgs(**bridge._engine_arguments())
+    for field in (
+        "tensor_parallel_size",
+        "max_model_len",
+        "kv_cache_dtype",
+        "gpu_memory_utilization",
+        "dtype",
+        "max_num_seqs",
+    ):
+        assert getattr(engine, field) == getattr(cli, field), field
+    assert (cli.max_model_len, cli.gpu_memory_utilization, cli.dtype) == (2048, 0.8, "bfloat16")
+    assert engine.enable_prefix_caching is True and engine.model == "/models/m"
+    assert bridge.max_num_seqs == 8 and bridge.max_model_len == 2048
+    given = set(bridge.extra_engine_args)
+    assert given == {"gpu_memory_utilization", "dtype"}  # tp 1 and auto are vLLM's defaults
+
+    (plain,) = make_bridges(build_parser().parse_args(["serve"]))
+    assert isinstance(plain, VLLMBridge) and plain.extra_engine_args == {}
+    plain.model_path = "/models/m"
+    if plain._is_cpu:  # the measured pins, said in --help
+        arguments = plain._engine_arguments()
+        assert (arguments["max_num_seqs"], arguments["max_num_batched_tokens"]) == (16, 2048)
+        assert arguments["max_model_len"] == 4096
+
+
+@needs_vllm
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--no-enable-prefix-caching"], "--no-enable-prefix-caching is refused"),
+        (["--scheduler-cls", "my.Scheduler"], "--scheduler-cls is refused"),
+        (["--tokenizer", "/other"], "--tokenizer is refused"),
+        (["--served-model-name", "a", "b"], "--served-model-name takes one name"),
+        (
+            ["--kv-offloading-size", "1", "--kv-host-bytes", "1GiB"],
+            "--kv-offloading-size and --kv-host-bytes",
+        ),
+        (
+            ["--kv-transfer-config", '{"kv_connector": "X", "kv_role": "kv_both"}'],
+            "--kv-transfer-config and --kv-host-bytes",
+        ),
+        (["--kv-offloading-size", "1", "--kv-offloading-backend", "lmcache"], "lmcache"),
+        (["--max-num-seqs", "4", "--engine-arg", "max_num_seqs=8"], "--max-num-seqs and"),
+        (["--kv-tier-policy", "lru"], "--kv-tier-policy needs --kv-host-bytes"),
+    ],
+)
+def test_flags_that_would_break_the_product_are_refused_by_name(
+    argv: list[str], named: str
+) -> None:
+    from microagent.server._served import CliUsageError, make_bridges
+
+    if argv[0] == "--kv-transfer-config":
+        argv = [*argv, "--kv-host-bytes", "1GiB"]
+    with pytest.raises(CliUsageError, match=re.escape(named)):
+        make_bridges(build_parser().parse_args(["serve", *argv]))
+
+
+@needs_vllm
+def test_kv_offloading_size_is_the_host_tier_and_models_are_positional_then_repeated(
+    tmp_path: Path,
+) -> None:
+    from microagent.engine_bridge import VLLMBridge
+    from microagent.server._served import make_bridges, serve_models
+
+    argv = ["serve", "m1", "--model", "m2", "--kv-offloading-size", "2", "--kv-tier-policy", "lru"]
+    args = build_parser().parse_args(argv)
+    assert serve_models(args) == ["m1", "m2"]
+    bridges = make_bridges(args)
+    assert [b.model for b in bridges] == ["m1", "m2"]
+    for bridge in bridges:  # every model's engine gets the same flags
+        assert isinstance(bridge, VLLMBridge)
+        assert (bridge.host_tier_bytes, bridge.tier_policy) == (2 << 30, "lru")
+        assert "kv_offloading_size" not in bridge.extra_engine_args
+    named = make_bridges(build_parser().parse_args(["serve", "m1", "--served-model-name", "x"]))
+    assert [b.model for b in named] == ["x"]
+
+    config = tmp_path / "serve.yaml"
+    config.write_text("max-num-seqs: 4\nport: 9001\nmodel: m3\nenable-prefix-caching: true\n")
+    args = build_parser().parse_args(["serve", "m1", "--config", str(config), "--port", "9002"])
+    assert (args.max_num_seqs, args.port, serve_models(args)) == (4, 9002, ["m1", "m3"])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--config", str(tmp_path / "missing.yaml")])
+
+
+def test_serve_and_run_scripted_work_with_vllm_hidden() -> None:
+    """Without vLLM importable, serve and run parse microagent's options alone and the
+    ScriptedEngine serves (vLLM hidden in a fresh interpreter: ``import vllm`` fails)."""
+    script = """
+import sys
+sys.modules["vllm"] = None
+from microagent.cli import build_parser, main
+from microagent.server import served_app
+args = build_parser().parse_args(["serve", "a", "--engine", "scripted", "--max-agents", "4"])
+served = served_app(args)
+assert [b.model for b in served.bridges] == ["a"], served.bridges
+run = ["run", "yes?", "--engine", "scripted", "--choices", "yes,no", "--max-tokens", "4"]
+assert main(run) == 0
+try:
+    main(["serve", "--help"])
+except SystemExit as exc:
+    assert exc.code == 0
+assert "vllm" not in [m.split(".")[0] for m in sys.modules if sys.modules[m] is not None]
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "usage: microagent serve [MODEL] [options]" in done.stdout
+    assert "--tensor-parallel-size" not in done.stdout and "--engine-arg" in done.stdout
 
 
 def test_run_shows_agents_and_the_token_table(capsys: pytest.CaptureFixture[str]) -> None:
