@@ -265,8 +265,8 @@ class _Exposition:
         yield from _server_gauges(self.metrics)
         yield from engine_families(self.scrape)
         yield from merge_families(
-            collector.collect()
-            for bridge in self.scrape.engines.values()
+            (name, collector.collect())
+            for name, bridge in sorted(self.scrape.engines.items())
             if (collector := bridge.prometheus_collector()) is not None
         )
 
@@ -370,22 +370,29 @@ def tier_families(tiers: Mapping[str, TierStats]) -> Iterator[Metric]:
         yield metric
 
 
-def merge_families(collections: Iterable[Iterable[Metric]]) -> list[Metric]:
-    """Families of the same name from several registries as one family each.
+def merge_families(collections: Iterable[tuple[str, Iterable[Metric]]]) -> list[Metric]:
+    """Families of the same name from several engines' registries as one family each.
 
-    Every engine's ``PrometheusStatLogger`` defines the same ``vllm:*`` families,
-    told apart by their ``model_name`` label; exposed side by side they would
-    repeat a family's ``# TYPE`` line, which Prometheus refuses.
+    ``collections``: (served model, that engine's families). Every engine's
+    ``PrometheusStatLogger`` defines the same ``vllm:*`` families, told apart by their
+    ``model_name`` label; exposed side by side they would repeat a family's ``# TYPE``
+    line, which Prometheus refuses. A sample without the label (vLLM's info gauges,
+    ``vllm:cache_config_info``) gets its engine's, so two engines' samples never collide.
     """
     merged: dict[str, Metric] = {}
-    for families in collections:
+    for model, families in collections:
         for family in families:
             kept = merged.get(family.name)
             if kept is None:
                 kept = merged[family.name] = Metric(
                     family.name, family.documentation, family.type, family.unit
                 )
-            kept.samples.extend(family.samples)
+            kept.samples.extend(
+                sample
+                if MODEL_LABEL in sample.labels
+                else sample._replace(labels={**sample.labels, MODEL_LABEL: model})
+                for sample in family.samples
+            )
     return list(merged.values())
 
 

@@ -6,15 +6,22 @@ Every exposition is read back with prometheus_client's own parser, as Prometheus
 
 from __future__ import annotations
 
+import inspect
+import json
+import re
 from collections import Counter as Tally
+from pathlib import Path
 
+import pytest
 from microagent.collab import AgentRecord, Outcome, Usage
 from microagent.engine_bridge import RetentionStats, ScriptedEngine, TierStats
 from microagent.server._metrics import TIER_SERIES, EngineScrape, ServerMetrics
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def samples(text: str) -> dict[str, list[Sample]]:
@@ -133,6 +140,10 @@ class _Exporting(ScriptedEngine):
             registry=self.registry,
         )
         ttft.labels(model, "0").observe(0.2)
+        info = Gauge(
+            "vllm:cache_config_info", "Cache config.", ["block_size"], registry=self.registry
+        )
+        info.labels("16").set(1)  # no model_name: vLLM's info gauges carry none
 
     def prometheus_collector(self) -> Collector | None:
         return self.registry
@@ -150,6 +161,8 @@ def test_each_engines_vllm_series_are_merged_into_one_family() -> None:
     assert value(tokens, "vllm:prompt_tokens_total", model_name="b", engine="0") == 7
     ttft = found["vllm:time_to_first_token_seconds"]
     assert {s.labels["model_name"] for s in ttft if s.name.endswith("_count")} == {"a", "b"}
+    info = found["vllm:cache_config_info"]
+    assert sorted(s.labels["model_name"] for s in info) == ["a", "b"]  # the engine's name added
 
 
 def test_two_apps_in_one_process_keep_their_own_counters() -> None:
@@ -158,3 +171,33 @@ def test_two_apps_in_one_process_keep_their_own_counters() -> None:
     first.inc("microagent:rejected_total", reason="quota")
     assert first.value("microagent:rejected_total", reason="quota") == 1
     assert second.value("microagent:rejected_total", reason="quota") == 0
+
+
+#: What a sample's name adds to its family's (a counter's total, a histogram's parts).
+_SUFFIX = r"_(total|bucket|sum|count)$"
+
+
+def test_the_grafana_dashboard_reads_only_series_that_exist() -> None:
+    """Every ``microagent:*`` series ``docs/grafana.json`` queries is one ``/metrics`` has,
+    and every ``vllm:*`` one is a family vLLM's ``PrometheusStatLogger`` defines."""
+    dashboard = json.loads((ROOT / "docs" / "grafana.json").read_text(encoding="utf-8"))
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", ())]
+    wanted = {m for e in exprs for m in re.findall(r"(?:vllm|microagent):[a-z0-9_]+", e)}
+    assert any(w.startswith("vllm:") for w in wanted)
+    assert any(w.startswith("microagent:") for w in wanted)
+    metrics = ServerMetrics()
+    metrics.observe("microagent:time_to_first_token_seconds", 0.1, model_name="m1")
+    engines = {"m1": ScriptedEngine(model="m1")}
+    kept = RetentionStats(entries=1, retained_blocks=1, released={"expired": 1})
+    scrape = EngineScrape(engines, retention={"m1": kept}, tiers={"m1": TIERED})
+    text = metrics.render(scrape).decode()
+    shown = {f.name for f in text_string_to_metric_families(text)}  # labelled: no sample yet
+    ours = {re.sub(_SUFFIX, "", w) for w in wanted if w.startswith("microagent:")}
+    assert ours - shown == set()
+    loggers = pytest.importorskip("vllm.v1.metrics.loggers")
+    defined = set(re.findall(r'name="(vllm:[a-z0-9_]+)"', inspect.getsource(loggers)))
+    theirs = {re.sub(_SUFFIX, "", w) for w in wanted if w.startswith("vllm:")}
+    assert theirs - defined == set()
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+    assert all(p["targets"] for p in panels)
