@@ -38,3 +38,36 @@ def test_bridges_opening_together_load_their_tokenizers_without_an_import_race()
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
     )
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
+
+
+def test_each_engines_prometheus_logger_keeps_its_series_in_its_own_registry() -> None:
+    """vLLM's ``PrometheusStatLogger`` unregisters every ``vllm:*`` series of the global
+    registry when it is built: two engines (and a restarted one) would erase each other's.
+    Bound to one registry each, two models and a restart of one keep all their series,
+    nothing is registered twice, and nothing lands in the global registry."""
+    from microagent.engine_bridge.vllm._compat import cpu_environment_defaults, prometheus_logger
+    from prometheus_client import REGISTRY, CollectorRegistry
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    cpu_environment_defaults()
+    model = str(resolve_model("default", progress=False))
+    configs = {
+        name: AsyncEngineArgs(
+            model=model, served_model_name=name, enforce_eager=True, max_model_len=512
+        ).create_engine_config()
+        for name in ("a", "b")
+    }
+    registries = []
+    for name in ("a", "b", "b"):  # the second "b": that engine restarted
+        registry = CollectorRegistry()
+        logger = prometheus_logger(registry)(vllm_config=configs[name], engine_indexes=[0])
+        logger.log_engine_initialized()  # vllm:cache_config_info, built late
+        registries.append((name, registry))
+    for name, registry in registries:
+        families = list(registry.collect())
+        names = [f.name for f in families]
+        assert len(names) == len(set(names)) and "vllm:num_requests_running" in names
+        assert "vllm:cache_config_info" in names
+        labelled = {s.labels.get("model_name") for f in families for s in f.samples}
+        assert labelled - {None} == {name}
+    assert not [m.name for m in REGISTRY.collect() if m.name.startswith("vllm:")]
