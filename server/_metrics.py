@@ -62,7 +62,11 @@ COUNTERS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
         ("kind", "status"),
     ),
     "microagent:collaborations_total": ("Collaborations by mode and status.", ("mode", "status")),
-    "microagent:prompt_tokens_total": ("Prompt tokens of every engine request.", (MODEL_LABEL,)),
+    "microagent:prompt_tokens_total": (
+        "Prompt tokens of finished requests and collaborations (a collaboration's, all its "
+        "agents' included, under its request's model).",
+        (MODEL_LABEL,),
+    ),
     "microagent:cached_tokens_total": (
         "Prompt tokens served from the prefix cache.",
         (MODEL_LABEL,),
