@@ -30,6 +30,21 @@ Cache rules (those of vLLM v1's prefix cache, which these follow block for block
   exhausted, the blocks that do not fit are simply not cached.
 * ``num_cached_tokens`` comes with a request's first output step.
 
+Host tier (``host_tier_blocks > 0``; vLLM's offloading connector under the retaining
+scheduler, ``vllm._tier``): every full block is written through to a host store of
+``host_tier_blocks`` blocks when it is computed (prompt and output blocks). A prompt's
+blocks that miss the device cache but are in the store, from the first miss on, are
+loaded into fresh device blocks: they count as cached tokens (as vLLM's connector
+reports them) and cost no prefill, only a copy (``tier_copy_rate``) when the engine
+models time. A full store evicts by ``TierSessions.choose`` (``_tier_order``), the same
+choice vLLM's ``SessionPolicy`` makes: cold blocks least recently used first, then the
+blocks of held sessions, the one due back last first (``tier_policy="sessions"``), or
+plain LRU (``"lru"``); a block being loaded is never evicted, and a store that finds
+nothing to evict is skipped (the store never exceeds its blocks). With ``"sessions"``,
+retention reckons losing a session's device blocks as a copy (``RetentionTable``'s
+``copy_rate`` / ``copied``) and a demoted session keeps its host blocks held, as the
+retaining scheduler does. An engine restart loses the store (it lives in the engine).
+
 Outputs are scripted (``script``) or seeded pseudo-random words, end with the
 end-of-turn token on ``"stop"`` (as vLLM's token ids do) and respect
 ``max_tokens`` (``"length"``, no end-of-turn token), ``choices`` and ``stop``
@@ -50,7 +65,7 @@ import itertools
 import json
 import math
 import random
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Literal
 
@@ -64,6 +79,8 @@ from ._handle import AdapterRef, KVHandle
 from ._json_instance import example_instance
 from ._retention import RetentionStats, RetentionTable
 from ._step_cost import StepClock, StepCost
+from ._tier_order import DEFAULT_COPY_RATE, TierSessions
+from ._tier_stats import TierStats
 from ._tokenizer import IM_END, ToyTokenizer
 from ._types import FinishReason, Sampling, TokenLogprob
 
@@ -81,6 +98,19 @@ WORDS: tuple[str, ...] = (
 
 class _Aborted(Exception):
     """Internal: the request was aborted while waiting."""
+
+
+@attrs.frozen
+class HostBlock:
+    """What the ScriptedEngine's host tier holds for one block: its content.
+
+    ``_block_hash(parent, tokens, adapter)`` is the block's key, so a reader can check
+    that an entry is the block it claims to be (the tier's "right KV" check).
+    """
+
+    parent: int | None
+    tokens: tuple[int, ...]
+    adapter: AdapterRef | None
 
 
 def _block_hash(parent: int | None, tokens: tuple[int, ...], adapter: AdapterRef | None) -> int:
@@ -105,6 +135,7 @@ class _Request:
     pending: list[int] = attrs.Factory(list)  # hashes this request is prefilling
     cache_full: bool = False
     cached: int | None = None
+    loads: list[int] = attrs.Factory(list)  # hashes it loads from the host tier (pinned there)
     finished: bool = False  # ran to stop/length (only such requests are retained)
     scope: anyio.CancelScope | None = None
     aborted: bool = False
@@ -141,6 +172,12 @@ class ScriptedEngine(EngineBridge):
         retention_ttl: seconds a retention lives unless it names its own ttl.
         history_limit: keep only this many of the latest requests in ``history``
             (None: all of them, for tests; a long-running server needs a bound).
+        host_tier_blocks: blocks of the host KV tier below the pool (0: no tier).
+        tier_policy: which host blocks go first: ``"sessions"`` (cold blocks, then
+            the held session due back last) or ``"lru"`` (vLLM's stock policy, and
+            retention as without a tier).
+        tier_copy_rate: tokens per second the tier copies back: the load time when the
+            engine models time, and what retention reckons losing a session costs.
     """
 
     def __init__(
@@ -159,6 +196,9 @@ class ScriptedEngine(EngineBridge):
         retention_budget: float = 0.5,
         retention_ttl: float | None = None,
         history_limit: int | None = None,
+        host_tier_blocks: int = 0,
+        tier_policy: Literal["sessions", "lru"] = "sessions",
+        tier_copy_rate: float = DEFAULT_COPY_RATE,
     ) -> None:
         super().__init__(model, block_size=block_size)
         if block_size < 1 or num_blocks < 1 or max_num_seqs < 1:
@@ -197,12 +237,33 @@ class ScriptedEngine(EngineBridge):
         self._canned = itertools.count()
         self._pool_changed: anyio.Event | None = None
         per_token = prefill_time_per_token if cost is None else cost.prefill_token
+        if host_tier_blocks < 0:
+            raise ValueError(f"host_tier_blocks must be >= 0, got {host_tier_blocks}")
+        if tier_policy not in ("sessions", "lru"):
+            raise ValueError(f"tier_policy must be 'sessions' or 'lru', got {tier_policy!r}")
+        if not tier_copy_rate > 0:
+            raise ValueError(f"tier_copy_rate must be > 0 tokens/s, got {tier_copy_rate}")
+        self.host_tier_blocks = host_tier_blocks
+        self.tier_policy = tier_policy
+        self.tier_copy_rate = tier_copy_rate
+        #: the sessions the host tier keeps blocks for, and its eviction choice
+        self.tier_sessions: TierSessions[int] = TierSessions()
+        self._host: OrderedDict[int, HostBlock] = OrderedDict()  # least recently used first
+        self._loading: Counter[int] = Counter()  # host blocks being loaded: never evicted
+        self._tier_counts: Counter[str] = Counter()
+        self._timed = cost is not None or prefill_time_per_token > 0
+        tiered = self._held_by_sessions
         self._retention: RetentionTable[int] = RetentionTable(
             budget=int(num_blocks * retention_budget),
             free=self._give_back,
             default_ttl=retention_ttl,
             # what recomputing an entry costs here, as the vLLM scheduler reckons it
             block_tokens=block_size,
+            # with the session-driven tier, losing an entry whose blocks the host holds
+            # costs a copy, and a demoted session keeps its host blocks (vllm._retention)
+            copy_rate=tier_copy_rate if tiered else None,
+            copied=self._in_host if tiered else None,
+            ended=self.tier_sessions.ended if tiered else None,
         )
         if per_token > 0:
             self._retention.prefill_rate = 1.0 / per_token
@@ -338,13 +399,58 @@ class ScriptedEngine(EngineBridge):
         return self.retention_budget > 0
 
     async def _release_engine(self, keys: list[str], prefix: str | None) -> int:
-        return self._retention.release(keys, prefix=prefix)
+        ended = self._retention.release(keys, prefix=prefix)
+        self.tier_sessions.forget(keys, prefix=prefix)  # demoted ones are not in the table
+        return ended
 
     async def _retention_stats(self) -> RetentionStats:
         # an idle engine never schedules: entries past their TTL end when read too
-        if self._retention.expire(anyio.current_time()):
+        now = anyio.current_time()
+        self.tier_sessions.expire(now)
+        if self._retention.expire(now):
             self._notify()
         return self._retention.stats()
+
+    async def tier_stats(self) -> TierStats:
+        """The host tier's numbers (the double has no bytes: block counts only)."""
+        if not self.host_tier_blocks:
+            return TierStats()
+        self.tier_sessions.expire(anyio.current_time())
+        counts, order = self._tier_counts, self.tier_sessions
+        return TierStats(
+            enabled=True,
+            capacity_blocks=self.host_tier_blocks,
+            entries=len(self._host),
+            peak_entries=counts["peak"],
+            stored_blocks=counts["stored"],
+            loaded_blocks=counts["loaded"],
+            evicted_blocks=order.cold_evictions + order.held_evictions,
+            load_seconds=counts["loaded"] * self.block_size / self.tier_copy_rate
+            if self._timed
+            else 0.0,
+            policy=self.tier_policy,
+            held_sessions=order.sessions,
+            held_blocks=order.held_keys,
+            cold_evicted_blocks=order.cold_evictions,
+            held_evicted_blocks=order.held_evictions,
+        )
+
+    def host_blocks(self) -> dict[int, HostBlock]:
+        """What the host tier holds now, by block hash, least recently used first
+        (a copy: a test's view of the store)."""
+        return dict(self._host)
+
+    def host_tokens(self, handle: KVHandle) -> int:
+        """How many leading tokens of ``handle`` the device cache or the host tier hold
+        (full blocks, no limit): what a request on it could get without computing."""
+        if handle.epoch != self.epoch:
+            return 0
+        n = 0
+        for h in self._hashes(handle.token_ids, handle.adapter, len(handle) // self.block_size):
+            if h not in self._refs and h not in self._host:
+                break
+            n += self.block_size
+        return n
 
     def retained_blocks(self) -> int:
         """Distinct blocks retentions hold now (a test's view of the pool)."""
@@ -378,8 +484,17 @@ class ScriptedEngine(EngineBridge):
             hits = 0
             while hits < limit and hashes[hits] in self._refs:
                 hits += 1
-            if hits < limit and hashes[hits] in self._pending:
-                await self._pause(st, event=self._pending[hashes[hits]])
+            # from the first miss on, what the host tier holds is loaded (not what another
+            # request is computing or loading now: that one is waited for, as in vLLM)
+            loads = 0
+            while (
+                hits + loads < limit
+                and hashes[hits + loads] in self._host
+                and hashes[hits + loads] not in self._pending
+            ):
+                loads += 1
+            if hits + loads < limit and hashes[hits + loads] in self._pending:
+                await self._pause(st, event=self._pending[hashes[hits + loads]])
                 continue
             need = -(-n // bs) - hits
             running = self._running()
@@ -407,22 +522,28 @@ class ScriptedEngine(EngineBridge):
                 self._pending[h] = anyio.Event()
                 st.pending.append(h)
         st.hashes = hashes[:hits]
-        st.cached = hits * bs
+        st.cached = (hits + loads) * bs
+        st.loads = hashes[hits : hits + loads]
+        self._loading.update(st.loads)
+        self._touch_host(hashes[: hits + loads])
         self._wake_head()  # the next in line may go now
         self._queries += n
-        self._hits += st.cached
+        self._hits += hits * bs  # the device's prefix cache (vLLM counts the tier's apart)
         st.full = hashes
 
     async def _prefill(self, st: _Request) -> None:
-        full = st.full
+        full, bs = st.full, self.block_size
         computed = len(st.request.prompt) - (st.cached or 0)
+        if st.loads and self._timed:  # the host tier copies them in before the step
+            await self._pause(st, seconds=len(st.loads) * bs / self.tier_copy_rate)
         if self.steps is not None:
             work = functools.partial(self.steps.prefill, computed, st.cached or 0)
             await self._pause(st, work=work)
         else:
             await self._pause(st, seconds=computed * self.prefill_time_per_token)
+        self._unpin_loads(st, loaded=True)
         for i in range(len(st.hashes), len(full)):
-            self._cache_block(st, i, full[i])
+            self._cache_block(st, i, full[i], st.request.prompt.token_ids[i * bs : (i + 1) * bs])
         self._resolve_pending(st)
 
     async def _decode(self, st: _Request, pos: int, tokens: tuple[int, ...]) -> None:
@@ -449,10 +570,9 @@ class ScriptedEngine(EngineBridge):
         if (pos + 1) % bs == 0:
             parent = st.hashes[-1] if st.hashes else _salt_root(st.request.cache_salt)
             block = pos // bs
+            content = tuple(tokens[block * bs : pos + 1])
             self._cache_block(
-                st,
-                block,
-                _block_hash(parent, tokens[block * bs : pos + 1], st.request.prompt.adapter),
+                st, block, _block_hash(parent, content, st.request.prompt.adapter), content
             )
 
     def _plan(self, request: EngineRequest) -> tuple[tuple[int, ...], FinishReason]:
@@ -555,6 +675,9 @@ class ScriptedEngine(EngineBridge):
         self._queries = 0
         self._hits = 0
         self._retention.clear("restart", free=False)  # the old pool is gone with them
+        self._host.clear()  # the host tier lives in the engine: gone with it
+        self._loading.clear()
+        self.tier_sessions.clear()
         self._notify()
         self._wake_head()
 
@@ -598,6 +721,7 @@ class ScriptedEngine(EngineBridge):
         if not len(table):
             return False
         now = anyio.current_time()
+        self.tier_sessions.expire(now)
         ended = table.expire(now)
         ended += table.admit(
             lambda: self._fits(hits, need),
@@ -656,12 +780,70 @@ class ScriptedEngine(EngineBridge):
         h, _ = self._lru.popitem(last=False)
         del self._refs[h]
 
-    def _cache_block(self, st: _Request, index: int, h: int) -> None:
-        """Block ``index`` of ``st`` is full and computed: cache it (unless a twin is cached)."""
+    def _cache_block(self, st: _Request, index: int, h: int, tokens: Sequence[int]) -> None:
+        """Block ``index`` of ``st`` is full and computed: cache it (unless a twin is cached),
+        and write it through to the host tier."""
+        parent = st.hashes[-1] if st.hashes else _salt_root(st.request.cache_salt)
         st.hashes.append(h)
         if h not in self._refs:
             self._refs[h] = 1
             st.blocks[index] = h
+        if self.host_tier_blocks:
+            self._store(h, HostBlock(parent, tuple(tokens), st.request.prompt.adapter))
+
+    # -- the host tier -----------------------------------------------------------------
+    @property
+    def _held_by_sessions(self) -> bool:
+        """Whether retained (and demoted) sessions are held in the host tier."""
+        return self.host_tier_blocks > 0 and self.tier_policy == "sessions"
+
+    def _in_host(self, blocks: Sequence[int]) -> bool:
+        """Whether the host tier holds every one of ``blocks`` (losing them costs a copy)."""
+        return all(h in self._host for h in blocks)
+
+    def _touch_host(self, hashes: Sequence[int]) -> None:
+        """A request used these blocks: most recent in the host tier, its head last
+        (vLLM's LRU policy touches a request's keys tail to head)."""
+        for h in reversed(hashes):
+            if h in self._host:
+                self._host.move_to_end(h)
+
+    def _store(self, h: int, block: HostBlock) -> None:
+        """Write a computed block through to the host tier (evicting by the policy's
+        choice; skipped when every entry is being loaded, as vLLM skips a store)."""
+        if h in self._host:
+            self._host.move_to_end(h)
+            return
+        if len(self._host) >= self.host_tier_blocks:
+            now = anyio.current_time()
+            self.tier_sessions.expire(now)
+            chosen = self.tier_sessions.choose(
+                len(self._host) - self.host_tier_blocks + 1, iter(self._host), self._loading, now
+            )
+            if chosen is None:
+                self._tier_counts["skipped"] += 1
+                return
+            for gone in chosen:
+                self._evict_host(gone)
+        self._host[h] = block
+        self._tier_counts["stored"] += 1
+        self._tier_counts["peak"] = max(self._tier_counts["peak"], len(self._host))
+
+    def _evict_host(self, h: int) -> None:
+        """Drop one host block the policy chose (a hook a test may watch)."""
+        del self._host[h]
+
+    def _unpin_loads(self, st: _Request, *, loaded: bool) -> None:
+        """``st``'s loads are done (``loaded``) or abandoned: its host blocks may go again."""
+        if not st.loads:
+            return
+        if loaded:
+            self._tier_counts["loaded"] += len(st.loads)
+        self._loading.subtract(st.loads)
+        for h in st.loads:
+            if self._loading[h] <= 0:
+                del self._loading[h]
+        st.loads = []
 
     def _resolve_pending(self, st: _Request) -> None:
         for h in st.pending:
@@ -679,6 +861,8 @@ class ScriptedEngine(EngineBridge):
         if st.epoch != self.epoch:
             return
         self._resolve_pending(st)
+        self._unpin_loads(st, loaded=False)
+        self._touch_host(st.hashes)
         retain = st.request.retain
         if retain is not None and st.finished and not st.aborted:
             lead = 0
@@ -686,7 +870,17 @@ class ScriptedEngine(EngineBridge):
                 lead += 1
             kept = [h for h in st.blocks[:lead] if h is not None]
             del st.blocks[:lead]  # the retention now holds these references
-            self._retention.retain(retain, kept, anyio.current_time(), rank=st.request.priority)
+            now = anyio.current_time()
+            self._retention.retain(retain, kept, now, rank=st.request.priority)
+            if self._held_by_sessions:  # demoted or not, the host copy is kept for it
+                ttl = retain.ttl if retain.ttl is not None else self._retention.default_ttl
+                self.tier_sessions.hold(
+                    retain.key,
+                    kept,
+                    now=now,
+                    next_use=retain.next_use,
+                    expires=None if ttl is None else now + ttl,
+                )
         for h in reversed(st.blocks):
             if h is None:
                 self._empty += 1

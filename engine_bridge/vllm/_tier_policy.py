@@ -22,6 +22,10 @@ the offloading spec's ``cache_policy`` (no vLLM code is changed):
   the session whose next use is furthest away first (KVFlow's steps-to-next-use;
   a late session is expected to be as late again), so no store ever starves.
 
+The sessions' bookkeeping and the choice itself live in ``.._tier_order.TierSessions``
+(no vLLM there), which the ScriptedEngine's host store runs too: one set of rules.
+This class only keeps vLLM's LRU structures and hands the choice their order.
+
 The policy never holds a block itself: held keys are only *ordered* last, and
 vLLM's manager keeps its own guarantees (a block being read or written is never
 evicted, the host store never exceeds its rows).
@@ -29,25 +33,15 @@ evicted, the host store never exceeds its rows).
 
 from __future__ import annotations
 
-import math
+import heapq
 import time
-from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
-import attrs
 from vllm.v1.kv_offload.base import OffloadKey
 from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
 from vllm.v1.kv_offload.cpu.policies.lru import LRUCachePolicy
 
-from .._retention import expected_wait
-
-
-@attrs.define(eq=False)
-class _Session:
-    keys: tuple[OffloadKey, ...]
-    retained_at: float
-    next_use: float | None
-    expires: float | None
+from .._tier_order import TierSessions
 
 
 class SessionPolicy(LRUCachePolicy):
@@ -55,11 +49,8 @@ class SessionPolicy(LRUCachePolicy):
 
     def __init__(self, cache_capacity: int) -> None:
         super().__init__(cache_capacity)
-        self._sessions: dict[str, _Session] = {}
-        self._held: Counter[OffloadKey] = Counter()
-        #: blocks evicted while cold / while a session held them
-        self.cold_evictions = 0
-        self.held_evictions = 0
+        #: the sessions held and the eviction choice (shared with the ScriptedEngine)
+        self.order: TierSessions[OffloadKey] = TierSessions()
 
     # -- what the scheduler tells it -------------------------------------------------------
     def hold(
@@ -72,87 +63,68 @@ class SessionPolicy(LRUCachePolicy):
         expires: float | None,
     ) -> None:
         """``owner``'s session now covers ``keys`` (replacing what it held before)."""
-        self.forget([owner])
-        session = _Session(tuple(keys), now, next_use, expires)
-        if session.keys:
-            self._sessions[owner] = session
-            self._held.update(session.keys)
+        self.order.hold(owner, keys, now=now, next_use=next_use, expires=expires)
 
     def forget(self, owners: Iterable[str] = (), *, prefix: str | None = None) -> int:
         """End the named sessions (and those whose owner starts with ``prefix``)."""
-        names = set(owners)
-        if prefix is not None:
-            names.update(o for o in self._sessions if o.startswith(prefix))
-        ended = 0
-        for name in names:
-            session = self._sessions.pop(name, None)
-            if session is None:
-                continue
-            ended += 1
-            self._held.subtract(session.keys)
-            for key in session.keys:
-                if self._held[key] <= 0:
-                    del self._held[key]
-        return ended
+        return self.order.forget(owners, prefix=prefix)
 
     def expire(self, now: float) -> int:
         """Forget the sessions past their time-to-live."""
-        due = [o for o, s in self._sessions.items() if s.expires is not None and s.expires <= now]
-        return self.forget(due)
+        return self.order.expire(now)
 
     @property
     def sessions(self) -> int:
-        return len(self._sessions)
+        return self.order.sessions
 
     @property
     def held_keys(self) -> int:
-        return len(self._held)
+        return self.order.held_keys
+
+    @property
+    def cold_evictions(self) -> int:
+        """Blocks evicted while no session held them."""
+        return self.order.cold_evictions
+
+    @property
+    def held_evictions(self) -> int:
+        """Blocks evicted while a session held them."""
+        return self.order.held_evictions
 
     def is_held(self, key: OffloadKey) -> bool:
-        return key in self._held
+        return self.order.is_held(key)
 
     # -- vLLM's CachePolicy ----------------------------------------------------------------
     def clear(self) -> None:
         super().clear()
-        self._sessions.clear()
-        self._held.clear()
+        self.order.clear()
 
     def evict(
         self, n: int, protected: set[OffloadKey]
     ) -> list[tuple[OffloadKey, ChunkStatus]] | None:
         if n == 0:
             return []
-        if not self._held:
-            return self._count(super().evict(n, protected), 0)
-        cold = sum(1 for k in self._evictable if k not in self._held and k not in protected)
-        if cold >= n:
-            return self._count(super().evict(n, protected.union(self._held)), 0)
-        order = self._held_order(time.monotonic())
-        held = [k for k in order if k in self._evictable and k not in protected]
-        if cold + len(held) < n:
+        chosen = self.order.choose(n, self._lru_order(), protected, time.monotonic())
+        if chosen is None:
             return None  # atomic, as vLLM's policies are: nothing changed
-        evicted = super().evict(cold, protected.union(self._held)) if cold else []
-        assert evicted is not None and len(evicted) == cold
-        for key in held[: n - cold]:
+        evicted = []
+        for key in chosen:
             self._evictable.remove(key)
             self._ranks.pop(key, None)
-            evicted.append((key, self.chunks.pop(key)))
+            chunk = self.chunks.pop(key)
+            assert chunk.ref_cnt == 0
+            evicted.append((key, chunk))
         self._maybe_compact_heap()
-        return self._count(evicted, n - cold)
-
-    def _held_order(self, now: float) -> list[OffloadKey]:
-        """Held keys, the one whose session comes back last first (ties: least recent)."""
-        wait: dict[OffloadKey, float] = {}
-        for session in self._sessions.values():
-            w = expected_wait(session.retained_at, session.next_use, now)
-            for key in session.keys:  # a key two sessions share goes with the sooner one
-                wait[key] = min(w, wait.get(key, math.inf))
-        return sorted(wait, key=lambda k: (-wait[k], self._ranks.get(k, 0)))
-
-    def _count(
-        self, evicted: list[tuple[OffloadKey, ChunkStatus]] | None, held: int
-    ) -> list[tuple[OffloadKey, ChunkStatus]] | None:
-        if evicted is not None:
-            self.held_evictions += held
-            self.cold_evictions += len(evicted) - held
         return evicted
+
+    def _lru_order(self) -> Iterator[OffloadKey]:
+        """The evictable keys, least recently used first, read lazily off a copy of
+        vLLM's heap (stale and repeated entries skipped, as ``LRUCachePolicy.evict`` does)."""
+        heap = list(self._heap)
+        seen: set[OffloadKey] = set()
+        while heap:
+            entry = heapq.heappop(heap)
+            key = entry[1]
+            if key not in seen and self._is_current(entry):
+                seen.add(key)
+                yield key
