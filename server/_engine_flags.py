@@ -188,7 +188,12 @@ class _HelpFirst(argparse.ArgumentParser):
 
     def format_help(self) -> str:
         if getattr(type(self), "_search_keyword", None) is not None:
-            return super().format_help()  # vLLM's --help=all / GROUP / WORD
+            try:
+                return super().format_help()  # vLLM's --help=all / GROUP / WORD
+            finally:  # vLLM keeps the word on its class: the next --help is a plain one
+                for klass in type(self).__mro__:
+                    if "_search_keyword" in vars(klass):
+                        klass._search_keyword = None  # type: ignore[attr-defined]
         formatter = self._get_formatter()
         width = max(formatter._width - 4, 40)
 

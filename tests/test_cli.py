@@ -159,7 +159,11 @@ def test_serve_help_lists_vllm_engine_flags_beside_ours(
     assert "--max-num-seqs 16, --max-num-batched-tokens 2048 and --max-model-len 4096" in shown
     with pytest.raises(SystemExit):
         main(["serve", "--help=ParallelConfig"])
-    assert "--tensor-parallel-size" in capsys.readouterr().out
+    group = capsys.readouterr().out
+    assert "--tensor-parallel-size" in group and "--kv-host-bytes" not in group
+    with pytest.raises(SystemExit):  # the next --help is the whole one again
+        main(["serve", "--help"])
+    assert "--kv-host-bytes" in capsys.readouterr().out
 
 
 @needs_vllm
