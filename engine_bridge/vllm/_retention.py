@@ -56,7 +56,8 @@ from vllm.v1.engine.core import EngineCore
 from vllm.v1.kv_offload.base import OffloadKey, make_offload_key
 from vllm.v1.request import Request, RequestStatus
 
-from .._retention import ReleaseCause, Retain, RetentionTable
+from .._retention import Retain, RetentionTable
+from .._tier_order import DEFAULT_COPY_RATE, DEMOTIONS
 from ._tier_policy import SessionPolicy
 
 #: ``SamplingParams.extra_args`` key of a request's ``Retain`` mark.
@@ -67,12 +68,6 @@ CONFIG_KEY = "microagent_retention"
 RELEASE_UTILITY = "microagent_release"
 STATS_UTILITY = "microagent_retention_stats"
 EXPIRE_UTILITY = "microagent_expire"
-
-#: Tokens per second the host tier copies back into the device cache (measured on the
-#: 2-core CPU: 3 blocks of 128 tokens in 10-60 ms; a GPU's PCIe copy is faster still).
-DEFAULT_COPY_RATE = 10_000.0
-#: Why a retention may end while its session still waits: it was demoted to the tier.
-DEMOTIONS: tuple[ReleaseCause, ...] = ("admission", "budget")
 
 _RETAINED_STATUSES = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
 
