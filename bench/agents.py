@@ -939,8 +939,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         args.block = _engine_block()
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{args.stem}.json"
-    if args.report_only:
+    if args.report_only:  # the targets as the report code now reads them
         data = json.loads(path.read_text())
+        save(path, data)
     else:
         data = load_existing(path, args)
         plan = configs(args)
