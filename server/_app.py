@@ -37,7 +37,8 @@ from ._mcp import McpSupervisor
 from ._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ._metrics import EngineScrape, ServerMetrics
 from ._openapi import openapi
-from ._plan import CollaborationPlan, Plan, plan_prompt, plan_request
+from ._plan import CollaborationPlan, Plan, check_preset, plan_prompt, plan_request
+from ._presets import Preset
 from ._quota import Quotas
 from ._reply import (
     collaborate_once,
@@ -46,6 +47,7 @@ from ._reply import (
     reply_completion,
     used_tokens,
 )
+from ._response_store import ResponseStore, StoreSettings, continued, stored_response
 from ._responses import (
     completion_responses,
     health_responses,
@@ -56,6 +58,7 @@ from ._responses_api import ResponsesRequest
 from ._responses_render import (
     collaboration_result,
     completion_response,
+    keep_response,
     stream_collaboration_response,
     stream_completion_response,
 )
@@ -83,6 +86,8 @@ def create_app(
     drain: Drain | None = None,
     sessions: SessionSettings | None = None,
     tracing: OtlpTracing | None = None,
+    stored_responses: StoreSettings | None = None,
+    presets: Mapping[str, Preset] | None = None,
 ) -> FastAPI:
     """The OpenAI-compatible app serving ``engines`` (served model id -> bridge).
 
@@ -110,6 +115,12 @@ def create_app(
             calls), and whether several API keys share one prefix cache.
         tracing: export each collaboration's OpenTelemetry trace (``otlp_tracing``);
             its spans are flushed when the app shuts down.
+        stored_responses: how many ``/v1/responses`` responses are kept, and how long
+            (``app.state.responses`` is the store).
+        presets: collaborations served under a model name (``serve --preset``): each is
+            checked now as a request carrying its fields would be, and refused (a
+            ``ValueError`` naming its source and field) when bad or when its name is a
+            served model's.
     """
     if not engines:
         raise ValueError("serve at least one engine")
@@ -135,6 +146,7 @@ def create_app(
     if clash:
         raise ValueError(f"tool names used twice (--tool and --mcp): {clash}")
 
+    _add_presets(state, presets or {}, servers)
     supervisor = McpSupervisor(servers, state.tools)
 
     @asynccontextmanager
@@ -154,6 +166,7 @@ def create_app(
 
     app = FastAPI(title=title, version="0.1.0", lifespan=lifespan)
     app.state.microagent = state
+    store = app.state.responses = ResponseStore(stored_responses or StoreSettings())
     admins = [admin_key] if isinstance(admin_key, str) else list(admin_key or ())
     app.add_middleware(
         Guard, api_keys=keys, admin_keys=admins, max_body_bytes=state.limits.max_body_bytes
@@ -202,11 +215,21 @@ def create_app(
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
+        """The served models, then the presets (each with its ``collaboration``)."""
+        first = next(iter(state.engines))
         return {
             "object": "list",
             "data": [
-                {"id": name, "object": "model", "created": state.created, "owned_by": "microagent"}
-                for name in state.engines
+                *(
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": state.created,
+                        "owned_by": "microagent",
+                    }
+                    for name in state.engines
+                ),
+                *(p.card(state.created, p.model or first) for p in state.presets.values()),
             ],
         }
 
@@ -234,7 +257,8 @@ def create_app(
     )
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         """OpenAI chat completions; with ``agents``, a multi-agent collaboration."""
-        return await _served(state, request, _kind(body), lambda: _chat(state, body, request))
+        kind = _kind(state, body)
+        return await _served(state, request, kind, lambda: _chat(state, body, request))
 
     @app.post(
         "/v1/completions",
@@ -268,10 +292,45 @@ def create_app(
     )
     async def responses(body: ResponsesRequest, request: Request) -> Response:
         """OpenAI's Responses API over the same plans; ``agents`` and ``collaboration`` too."""
-        return await _served(state, request, _kind(body), lambda: _respond(state, body, request))
+        kind = _kind(state, body)
+        return await _served(state, request, kind, lambda: _respond(state, body, request, store))
+
+    @app.get("/v1/responses/{response_id}", responses=error_responses(400, 401, 404))
+    async def get_response(response_id: str, request: Request) -> dict[str, Any]:
+        """A stored response as it was sent (found with the API key that created it only)."""
+        return stored_response(store, tenant_of(request), response_id).response
+
+    @app.delete("/v1/responses/{response_id}", responses=error_responses(400, 401, 404))
+    async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
+        """Forget a stored response (it can no longer be retrieved or continued)."""
+        found = stored_response(store, tenant_of(request), response_id)
+        store.delete(found.tenant, found.id)
+        return {"id": found.id, "object": "response.deleted", "deleted": True}
 
     app.openapi = lambda: openapi(app, state)  # type: ignore[method-assign]
     return app
+
+
+def _add_presets(
+    state: ServerState, presets: Mapping[str, Preset], mcp_servers: Iterable[str]
+) -> None:
+    """Serve ``presets`` on ``state``, each checked as a request with its fields would be.
+
+    Raises:
+        ValueError: a preset named as a served model is, or one such a request would get an
+            error for (the message names its source and the field).
+    """
+    taken = {*state.engines, *(b.model for b in state.engines.values())}
+    servers = frozenset(mcp_servers)
+    for name, preset in presets.items():
+        if name in taken:
+            raise ValueError(f"{preset.source}: {name!r} is a served model's name")
+        try:
+            check_preset(state, preset, servers)
+        except ApiError as exc:
+            field = f"{exc.param}: " if exc.param and not exc.message.startswith(exc.param) else ""
+            raise ValueError(f"{preset.source}: {field}{exc.message}") from None
+        state.presets[name] = preset
 
 
 def _trace_headers(request: Request) -> dict[str, str]:
@@ -279,9 +338,9 @@ def _trace_headers(request: Request) -> dict[str, str]:
     return {k: request.headers[k] for k in ("traceparent", "tracestate") if k in request.headers}
 
 
-def _kind(body: ChatCompletionRequest | ResponsesRequest) -> str:
-    """What a request is, for the request counters."""
-    if body.agents is not None or body.collaboration is not None:
+def _kind(state: ServerState, body: ChatCompletionRequest | ResponsesRequest) -> str:
+    """What a request is, for the request counters (a preset's is a collaboration)."""
+    if body.agents is not None or body.collaboration is not None or body.model in state.presets:
         return "collaboration"
     return "completion"
 
@@ -370,12 +429,15 @@ async def _text(state: ServerState, body: CompletionsRequest, request: Request) 
         admitted.release()
 
 
-async def _respond(state: ServerState, body: ResponsesRequest, request: Request) -> Response:
-    """One Responses request: parsed into its chat request, then the same stages, rendered
-    as a ``response`` object or its events."""
+async def _respond(
+    state: ServerState, body: ResponsesRequest, request: Request, store: ResponseStore
+) -> Response:
+    """One Responses request: parsed into its chat request (after the conversation its
+    ``previous_response_id`` ends), then the same stages, rendered as a ``response`` object
+    or its events, and stored when finished unless ``store: false``."""
     deadline = anyio.current_time() + state.limits.retry_deadline
     tenant = tenant_of(request)
-    chat = body.to_chat()
+    chat = body.to_chat(*continued(store, tenant, body.previous_response_id))
     try:
         plan = await plan_request(state, chat, tenant, _trace_headers(request))
     except ApiError as exc:
@@ -383,14 +445,16 @@ async def _respond(state: ServerState, body: ResponsesRequest, request: Request)
     admitted = _admit(state, tenant, plan, chat.stream, request)
     if chat.stream:
         if isinstance(plan, CollaborationPlan):
-            return stream_collaboration_response(state, body, plan, admitted)
-        return stream_completion_response(state, body, plan, admitted)
+            return stream_collaboration_response(state, body, plan, admitted, store)
+        return stream_completion_response(state, body, plan, admitted, store)
     try:
         if isinstance(plan, CollaborationPlan):
             outcome = await collaborate_once(state, plan, admitted, request, deadline)
             if outcome is None:
                 return Response(status_code=499)
-            return JSONResponse(collaboration_result(body, plan, outcome))
+            reply = collaboration_result(body, plan, outcome)
+            keep_response(store, tenant, body, reply)
+            return JSONResponse(reply)
         done = await complete(state, plan, admitted, request, deadline)
         if done is None:
             return Response(status_code=499)
@@ -399,6 +463,7 @@ async def _respond(state: ServerState, body: ResponsesRequest, request: Request)
         reply = completion_response(
             body, plan, first["message"], first["finish_reason"], used_tokens(results)
         )
+        keep_response(store, tenant, body, reply)
         return JSONResponse(reply)
     finally:
         admitted.release()

@@ -10,7 +10,7 @@ checks a field again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -42,6 +42,7 @@ from ._code_gate import server_code_policy
 from ._errors import bad_request, invalid_collaboration
 from ._messages import check_length, compose, context_limit, conversation
 from ._params import check_parameters, check_sampling, max_tokens_of, sampling_fields, stops_of
+from ._presets import Preset
 from ._render import Stamp
 from ._run import engine_error
 from ._schemas import ChatCompletionRequest
@@ -140,7 +141,16 @@ async def plan_request(
     tenant: str,
     trace_headers: Mapping[str, str] | None = None,
 ) -> Plan:
-    """The request's plan: a collaboration when it has ``agents`` or ``collaboration``."""
+    """The request's plan: a collaboration when it has ``agents`` or ``collaboration``, or
+    when its ``model`` names a preset (whose stamp then names the preset)."""
+    preset = state.presets.get(body.model) if body.model is not None else None
+    if preset is not None:
+        plan = await _plan_collaboration(state, preset.apply(body), tenant)
+        return attrs.evolve(
+            plan,
+            trace_headers=dict(trace_headers or {}),
+            stamp=attrs.evolve(plan.stamp, model=preset.name),
+        )
     if body.agents is not None or body.collaboration is not None:
         plan = await _plan_collaboration(state, body, tenant)
         return attrs.evolve(plan, trace_headers=dict(trace_headers or {}))
@@ -402,6 +412,38 @@ def _prepare(
                 f"{field} must be in 1..{limits.max_agents_per_spec}, got {spec.count}", field
             )
     return prepared
+
+
+def check_preset(state: ServerState, preset: Preset, mcp_servers: Collection[str] = ()) -> None:
+    """Hold ``preset`` to what a request carrying its ``agents`` and ``collaboration`` meets:
+    its model served, its agents and mode valid within this server's limits, its tools
+    this server's (``mcp_servers``: names whose tools are known only once they start).
+
+    Raises:
+        ApiError: the 400 (or 404 for its ``model``) such a request would get.
+    """
+    body = preset.probe()
+    bridge = engine_for(state, body.model)
+    specs, _ = _agents(state, body, bridge)
+    _prepare(state, body, specs, body.collaboration_options())
+    names = body.collaboration.tools if body.collaboration is not None else None
+    if names and any(name in mcp_servers for name in names):
+        for i, name in enumerate(names):  # an MCP server's tools are known once it runs
+            if name not in state.tools and name not in mcp_servers:
+                raise bad_request(
+                    f"collaboration.tools[{i}]: no server tool named {name!r}",
+                    f"collaboration.tools[{i}]",
+                    "tool_not_found",
+                )
+        return  # the agents' own tool names are checked per request, once the servers run
+    tools = _server_tools(state, body)
+    unknown = unknown_agent_tool(specs, sorted(t.name for t in tools))
+    if unknown is not None:
+        i, _, name = unknown
+        raise bad_request(
+            f"agents[{i}].tools: {name!r} is not among the collaboration's tools",
+            f"agents[{i}].tools",
+        )
 
 
 def _server_tools(state: ServerState, body: ChatCompletionRequest) -> list[Tool]:

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._engine_flags import ENGINE_SIZES_NOTE, engine_parser
+from ._presets import preset_option
 from ._remote import add_remote_options
 
 #: Environment variables that hold API keys (several: comma-separated), read by ``serve``
@@ -83,6 +84,14 @@ def engine_value(value: str) -> Any:
         return json.loads(value)
     except json.JSONDecodeError:
         return value
+
+
+def _preset_value(text: str) -> list[tuple[str, Any]]:
+    """A ``--preset`` value (``preset_option``), its errors argparse's usage errors."""
+    try:
+        return preset_option(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_float(text: str) -> float:
@@ -330,6 +339,18 @@ def add_serve_options(serve: argparse.ArgumentParser) -> None:
         metavar="NAME=COMMAND",
         help="an MCP server started over stdio; collaboration.tools naming NAME gives the "
         "agents all its tools; repeatable",
+    )
+    serve.add_argument(
+        "--preset",
+        action="append",
+        type=_preset_value,
+        default=[],
+        dest="presets",
+        metavar="NAME=FILE",
+        help="serve the collaboration in FILE (JSON: agents, collaboration, optionally "
+        "model, the served model that runs it; what `microagent eval` writes) as model NAME: "
+        "a request naming it runs it, and /v1/models lists it; repeatable. In --config: "
+        "`preset: {NAME: FILE}` (docs/presets.md)",
     )
     serve.add_argument(
         "--otlp-endpoint",

@@ -156,10 +156,12 @@ def served_app(args: argparse.Namespace, *, open_engines: bool = False) -> Serve
     """The app ``microagent serve`` (parsed ``args``) serves; nothing starts yet.
 
     Raises:
-        CliUsageError: a bad ``--tool``, ``--mcp``, ``--remote`` or key file.
+        CliUsageError: a bad ``--tool``, ``--mcp``, ``--remote``, key file or ``--preset``
+            (a preset is checked as a request carrying its fields would be).
         CliError: a bad ``--engine-arg``, or two engines serving one name.
     """
     from ._app import create_app
+    from ._presets import load_presets
     from ._quota import KeyQuota
     from ._sessions import SessionSettings
     from ._shutdown import Drain
@@ -173,6 +175,7 @@ def served_app(args: argparse.Namespace, *, open_engines: bool = False) -> Serve
         mcp_servers = dict(mcp_server(spec) for spec in args.mcp)
         remotes = make_remotes(args)
         api_keys, admin_keys = serve_keys(args)
+        presets = load_presets(getattr(args, "presets", ()))
     except ValueError as exc:
         raise CliUsageError(str(exc)) from None
     bridges = make_bridges(args)
@@ -197,23 +200,27 @@ def served_app(args: argparse.Namespace, *, open_engines: bool = False) -> Serve
         ),
     )
     drain = Drain(grace=args.grace)
-    app = create_app(
-        {b.model: b for b in bridges},
-        api_key=api_keys,
-        admin_key=admin_keys,
-        limits=limits,
-        open_engines=open_engines,
-        tools=tools,
-        mcp_servers=mcp_servers,
-        drain=drain,
-        sessions=SessionSettings(
-            default_ttl=min(args.session_ttl, args.session_ttl_max),
-            max_ttl=args.session_ttl_max,
-            tool_call_ttl=min(args.tool_call_ttl, args.session_ttl_max),
-            max_per_key=args.max_sessions_per_key,
-            shared_cache=args.shared_prefix_cache,
-            key_retention_share=args.key_retention_share,
-        ),
-        tracing=otlp_tracing(args.otlp_endpoint) if args.otlp_endpoint else None,
-    )
+    try:
+        app = create_app(
+            {b.model: b for b in bridges},
+            api_key=api_keys,
+            admin_key=admin_keys,
+            limits=limits,
+            open_engines=open_engines,
+            tools=tools,
+            mcp_servers=mcp_servers,
+            drain=drain,
+            sessions=SessionSettings(
+                default_ttl=min(args.session_ttl, args.session_ttl_max),
+                max_ttl=args.session_ttl_max,
+                tool_call_ttl=min(args.tool_call_ttl, args.session_ttl_max),
+                max_per_key=args.max_sessions_per_key,
+                shared_cache=args.shared_prefix_cache,
+                key_retention_share=args.key_retention_share,
+            ),
+            tracing=otlp_tracing(args.otlp_endpoint) if args.otlp_endpoint else None,
+            presets=presets,
+        )
+    except ValueError as exc:  # a bad preset: its file and field named
+        raise CliUsageError(str(exc)) from None
     return ServedApp(app, tuple(bridges), drain, log)

@@ -7,6 +7,7 @@ request (parse, plan, admit, run, render); nothing else is shared between them.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import attrs
 from starlette.requests import Request
@@ -20,6 +21,9 @@ from ._quota import KeyQuota, Quotas, key_id
 from ._sessions import Sessions
 from ._shutdown import Drain
 from ._sse import DEFAULT_MAX_BYTES, DEFAULT_SEND_TIMEOUT, EventBuffer, SSEResponse
+
+if TYPE_CHECKING:
+    from ._presets import Preset
 
 
 @attrs.frozen(kw_only=True)
@@ -119,6 +123,8 @@ class ServerState:
     api_keys: int = 0
     #: collaborations running per API key id
     key_collaborations: dict[str, int] = attrs.Factory(dict)
+    #: collaborations served under a model name (``serve --preset``), by that name
+    presets: dict[str, Preset] = attrs.Factory(dict)
 
     def event_buffer(self) -> EventBuffer:
         """A stream's buffer, bounded by this server's limits (events and bytes)."""

@@ -78,9 +78,11 @@ def live_server(
     sessions: SessionSettings | None = None,
     tracing: OtlpTracing | None = None,
     send_buffer: int | None = None,
+    presets: Mapping[str, Any] | None = None,
 ) -> Iterator[LiveServer]:
     """Serve ``make_engines()`` on 127.0.0.1 until the block ends (``send_buffer``: the
-    connections' ``SO_SNDBUF``, so a client that stops reading stalls the server soon)."""
+    connections' ``SO_SNDBUF``, so a client that stops reading stalls the server soon;
+    ``presets``: collaborations served by name, as ``serve --preset``)."""
     with contextlib.ExitStack() as stack:
         if portal is None:
             portal = stack.enter_context(anyio.from_thread.start_blocking_portal("asyncio"))
@@ -97,6 +99,7 @@ def live_server(
                 mcp_servers=mcp_servers,
                 sessions=sessions,
                 tracing=tracing,
+                presets=presets,
             ), engines
 
         app, engines = portal.call(build)
