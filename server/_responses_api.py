@@ -9,15 +9,22 @@ plan, admit and run like any chat request; ``_responses_render`` renders the
 result as a ``response`` object or its event stream. ``agents`` and
 ``collaboration`` work as on chat completions.
 
-Nothing is stored: ``store: true`` and ``previous_response_id`` are refused with a
-400 naming them (a client sends its whole input each turn, as the Agents SDK
-does by default; ``prompt_cache_key`` keeps the session's KV between turns).
-Every other field this server does not honour is a 400 naming it.
+A response is stored unless ``store: false`` (``_response_store``), and
+``previous_response_id`` continues a stored one: ``to_chat`` then puts the
+conversation it ends (every earlier turn's input and output items, tool calls
+and their outputs included) before this request's input, after this request's
+``instructions`` (OpenAI does not carry a previous response's instructions
+over). A stored or chained request is a session of its chain
+(``prompt_cache_key`` ``resp:<first response id>`` unless the client names one),
+so each turn's KV is retained for the next. Every other field this server does
+not honour is a 400 naming it.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
@@ -27,9 +34,8 @@ from ._schemas import AgentList, ChatCompletionRequest, CollaborationModel, Prom
 
 #: Fields of OpenAI's Responses request this server refuses, and why.
 REFUSED_RESPONSE_FIELDS: dict[str, str] = {
-    "previous_response_id": "responses are not stored: send the whole input each turn "
-    "(prompt_cache_key keeps the session's KV)",
-    "conversation": "conversations are not stored: send the whole input each turn",
+    "conversation": "conversation objects are not supported: chain responses with "
+    "previous_response_id, or send the whole input each turn",
     "background": "background responses are not supported",
     "reasoning": "the served models have no reasoning settings",
     "prompt": "stored prompt templates are not supported",
@@ -116,7 +122,18 @@ class ResponsesRequest(BaseModel):
     text: dict[str, Any] | None = None
     include: list[str] | None = None
     stream: bool = False
-    store: bool | None = None
+    store: bool | None = Field(
+        default=None,
+        description="Keep the response (the default, as OpenAI's): GET/DELETE "
+        "/v1/responses/{id} and previous_response_id find it, with this API key only.",
+    )
+    previous_response_id: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Continue the conversation a stored response ends: its input and "
+        "output items (tool calls included) come before this input, and its turn's "
+        "retained KV is read.",
+    )
     truncation: Literal["disabled"] | None = None
     metadata: dict[str, str] | None = None
     user: str | None = Field(default=None, max_length=256)
@@ -128,14 +145,55 @@ class ResponsesRequest(BaseModel):
     collaboration: CollaborationModel | None = None
     #: where each chat message came from ("instructions", "input[3]"), for errors
     _sources: list[str] = PrivateAttr(default_factory=list)
+    #: this response's id (``resp_`` and 32 hex digits), made when the request is parsed
+    _id: str = PrivateAttr(default_factory=lambda: f"resp_{uuid.uuid4().hex}")
+    #: the conversation the previous response ends (input items), and its chain's first id
+    _history: tuple[dict[str, Any], ...] = PrivateAttr(default=())
+    _chain: str | None = PrivateAttr(default=None)
 
-    def to_chat(self) -> ChatCompletionRequest:
-        """The chat request this response request means (a 400 naming the field at fault)."""
+    @property
+    def response_id(self) -> str:
+        """The id of the response this request makes."""
+        return self._id
+
+    @property
+    def stores(self) -> bool:
+        """Whether the response is kept (``store`` is true or left out)."""
+        return self.store is not False
+
+    @property
+    def chain(self) -> str:
+        """The id of the conversation's first response: this one, or the chain it continues."""
+        return self._chain or self._id
+
+    def conversation(self, output: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The conversation through this response, as input items: the history it
+        continues, its own input, then its ``output`` items."""
+        mine: list[dict[str, Any]]
+        if isinstance(self.input, str):
+            mine = [{"type": "message", "role": "user", "content": self.input}]
+        else:
+            mine = list(self.input)
+        return [*self._history, *mine, *output]
+
+    def to_chat(
+        self, history: Sequence[dict[str, Any]] = (), chain: str | None = None
+    ) -> ChatCompletionRequest:
+        """The chat request this response request means (a 400 naming the field at fault).
+
+        Args:
+            history: the conversation the previous response ends (input items), which
+                comes before this request's input.
+            chain: the id of that conversation's first response (its session's name).
+        """
+        self._history, self._chain = tuple(history), chain
         self._refuse()
         body: dict[str, Any] = {
             "messages": self._messages(),
             "stream": self.stream,
         }
+        if self.prompt_cache_key is None and (self.stores or chain is not None):
+            body["prompt_cache_key"] = f"resp:{self.chain}"  # a chain is one session
         if self.stream:
             body["stream_options"] = {"include_usage": True}
         for name in (
@@ -177,12 +235,6 @@ class ResponsesRequest(BaseModel):
         for name in sorted(self.model_extra or {}):
             why = REFUSED_RESPONSE_FIELDS.get(name, "not a field this server accepts")
             raise bad_request(f"{name}: {why}", name, "unsupported_parameter")
-        if self.store:
-            raise bad_request(
-                "store: responses are not stored here; send store: false or leave it out",
-                "store",
-                "unsupported_parameter",
-            )
         for i, value in enumerate(self.include or ()):
             if value not in SUPPORTED_INCLUDES:
                 raise bad_request(
@@ -198,12 +250,28 @@ class ResponsesRequest(BaseModel):
         if self.instructions:
             out.append({"role": "system", "content": self.instructions})
             sources.append("instructions")
+        out = self._items(self._history, "previous_response_id", out)  # named as what brought it
+        sources.extend(["previous_response_id"] * (len(out) - len(sources)))
         if isinstance(self.input, str):
             out.append({"role": "user", "content": self.input})
             sources.append("input")
             return out
-        for i, item in enumerate(self.input):
-            where = f"input[{i}]"
+        out = self._items(self.input, "input", out)
+        if not out:  # what the chat request's messages would refuse, named as sent
+            raise bad_request("input must contain some text", "input")
+        return out
+
+    def _items(
+        self,
+        items: Sequence[dict[str, Any]],
+        name: str,
+        out: list[dict[str, Any]] | None = None,
+    ) -> list[dict[str, Any]]:
+        """``items`` as chat messages appended to ``out``; consecutive calls join one turn."""
+        out = [] if out is None else out
+        sources = self._sources
+        for i, item in enumerate(items):
+            where = f"{name}[{i}]" if name == "input" else name
             if not isinstance(item, dict):
                 raise bad_request(f"{where} must be an object", where)
             kind = item.get("type", "message")
@@ -242,9 +310,8 @@ class ResponsesRequest(BaseModel):
                     "function_call_output)",
                     f"{where}.type",
                 )
-            sources.extend([where] * (len(out) - len(sources)))
-        if not out:  # what the chat request's messages would refuse, named as sent
-            raise bad_request("input must contain some text", "input")
+            if name == "input":
+                sources.extend([where] * (len(out) - len(sources)))
         return out
 
     def error(self, exc: ApiError) -> ApiError:

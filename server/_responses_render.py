@@ -12,6 +12,10 @@ Agents SDK read: ``response.created``, ``response.in_progress``, per item
 ``content_part.done``; a call's ``function_call_arguments.delta`` and
 ``.done``), then ``response.completed`` (or ``response.incomplete``) carrying
 the whole response with its ``usage``. Each event has a ``sequence_number``.
+
+A finished response (``completed`` or ``incomplete``, streamed or not) is stored
+unless its request said ``store: false`` (``keep_response``); a failed or
+cancelled one is not stored at all.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from ._admit import Admitted
 from ._errors import ApiError
 from ._plan import CollaborationPlan, CompletionPlan
 from ._render import choice
+from ._response_store import ResponseStore
 from ._responses_api import ResponsesRequest
 from ._retry import EngineLost, count_lost, engine_cause, retry_after
 from ._run import (
@@ -50,7 +55,7 @@ class ResponseShape:
 
     def __init__(self, request: ResponsesRequest, model: str) -> None:
         self.request = request
-        self.id = _id("resp")
+        self.id = request.response_id
         self.created_at = int(time.time())
         self.model = model
         self.message_id = _id("msg")
@@ -83,8 +88,8 @@ class ResponseShape:
             "model": self.model,
             "output": output,
             "parallel_tool_calls": r.parallel_tool_calls is not False,
-            "previous_response_id": None,
-            "store": False,
+            "previous_response_id": r.previous_response_id,
+            "store": r.stores,
             "temperature": r.temperature,
             "text": {"format": fmt},
             "tool_choice": r.tool_choice if r.tool_choice is not None else "auto",
@@ -174,6 +179,16 @@ def collaboration_result(
     return shape.body([message], status="completed", usage=used, collaboration=outcome.to_dict())
 
 
+def keep_response(
+    store: ResponseStore, tenant: str, request: ResponsesRequest, response: dict[str, Any]
+) -> None:
+    """Store a finished ``response`` for ``tenant`` unless its request said ``store: false``
+    (streamed or not; a failed or cancelled response never gets here, so is not stored)."""
+    if request.stores:
+        conversation = request.conversation(response["output"])
+        store.put(tenant, response, conversation, request.chain)
+
+
 def _at(shape: ResponseShape) -> dict[str, Any]:
     """Where a message's text events point: its item, output index 0, content index 0."""
     return {"item_id": shape.message_id, "output_index": 0, "content_index": 0}
@@ -214,7 +229,11 @@ class _Events:
 
 
 def stream_completion_response(
-    state: ServerState, request: ResponsesRequest, plan: CompletionPlan, admitted: Admitted
+    state: ServerState,
+    request: ResponsesRequest,
+    plan: CompletionPlan,
+    admitted: Admitted,
+    store: ResponseStore,
 ) -> Response:
     """A plain completion streamed as Responses events (text deltas as they come; each
     call as one ``function_call`` item when the reply ends)."""
@@ -286,14 +305,20 @@ def stream_completion_response(
         used = (result.prompt_tokens, result.cached_tokens, result.completion_tokens)
         state.metrics.add_usage(*used, model=bridge.model)
         status = "incomplete" if result.finish_reason == "length" and not made else "completed"
-        events.put(f"response.{status}", response=shape.body(output, status=status, usage=used))
+        final = shape.body(output, status=status, usage=used)
+        keep_response(store, plan.tenant, request, final)
+        events.put(f"response.{status}", response=final)
         buf.put(StreamItem(build=lambda _t: DONE))
 
     return state.sse_response(produce, buffer, admitted.release)
 
 
 def stream_collaboration_response(
-    state: ServerState, request: ResponsesRequest, plan: CollaborationPlan, admitted: Admitted
+    state: ServerState,
+    request: ResponsesRequest,
+    plan: CollaborationPlan,
+    admitted: Admitted,
+    store: ResponseStore,
 ) -> Response:
     """A collaboration streamed as Responses events: the answer as one message when the
     collaboration ends (its agents' progress is on the chat route's stream)."""
@@ -330,6 +355,7 @@ def stream_collaboration_response(
         u = outcome.usage
         used = (u.prompt_tokens, u.cached_tokens, u.completion_tokens)
         final = shape.body([item], status="completed", usage=used, collaboration=outcome.to_dict())
+        keep_response(store, plan.tenant, request, final)
         events.put("response.completed", response=final)
         buf.put(StreamItem(build=lambda _t: DONE))
 

@@ -172,7 +172,8 @@ def test_a_collaboration_runs_through_the_responses_route(server: LiveServer) ->
     ("body", "param"),
     [
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
-        ({"store": True}, "store"),
+        ({"store": "yes"}, "store"),
+        ({"conversation": "conv_1"}, "conversation"),
         ({"include": ["reasoning.encrypted_content"]}, "include[0]"),
         ({"reasoning": {"effort": "low"}}, "reasoning"),
         ({"bogus": 1}, "bogus"),
