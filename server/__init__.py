@@ -20,6 +20,7 @@ from ._quota import KeyQuota as KeyQuota
 from ._quota import Quotas as Quotas
 from ._quota import key_id as key_id
 from ._render import collaboration_response as collaboration_response
+from ._response_store import StoreSettings as StoreSettings
 from ._schemas import ChatCompletionRequest as ChatCompletionRequest
 from ._schemas import CollaborationModel as CollaborationModel
 from ._serve_options import serve_keys as serve_keys
@@ -47,6 +48,7 @@ __all__ = [
     "ServerLimits",
     "ServerMetrics",
     "SessionSettings",
+    "StoreSettings",
     "collaboration_response",
     "create_app",
     "key_id",
