@@ -245,11 +245,12 @@ def test_engine_flags_reach_the_engine_arguments_only_when_given() -> None:
 def test_flags_that_would_break_the_product_are_refused_by_name(
     argv: list[str], named: str
 ) -> None:
-    from microagent.server._served import CliUsageError, make_bridges
+    from microagent.server import CliError
+    from microagent.server._served import make_bridges
 
     if argv[0] == "--kv-transfer-config":
         argv = [*argv, "--kv-host-bytes", "1GiB"]
-    with pytest.raises(CliUsageError, match=re.escape(named)):
+    with pytest.raises(CliError, match=re.escape(named)):
         make_bridges(build_parser().parse_args(["serve", *argv]))
 
 
@@ -258,12 +259,10 @@ def test_kv_offloading_size_is_the_host_tier_and_models_are_positional_then_repe
     tmp_path: Path,
 ) -> None:
     from microagent.engine_bridge import VLLMBridge
-    from microagent.server._served import make_bridges, serve_models
+    from microagent.server._served import make_bridges
 
     argv = ["serve", "m1", "--model", "m2", "--kv-offloading-size", "2", "--kv-tier-policy", "lru"]
-    args = build_parser().parse_args(argv)
-    assert serve_models(args) == ["m1", "m2"]
-    bridges = make_bridges(args)
+    bridges = make_bridges(build_parser().parse_args(argv))
     assert [b.model for b in bridges] == ["m1", "m2"]
     for bridge in bridges:  # every model's engine gets the same flags
         assert isinstance(bridge, VLLMBridge)
@@ -275,7 +274,7 @@ def test_kv_offloading_size_is_the_host_tier_and_models_are_positional_then_repe
     config = tmp_path / "serve.yaml"
     config.write_text("max-num-seqs: 4\nport: 9001\nmodel: m3\nenable-prefix-caching: true\n")
     args = build_parser().parse_args(["serve", "m1", "--config", str(config), "--port", "9002"])
-    assert (args.max_num_seqs, args.port, serve_models(args)) == (4, 9002, ["m1", "m3"])
+    assert (args.max_num_seqs, args.port, args.model_tag, args.models) == (4, 9002, "m1", ["m3"])
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--config", str(tmp_path / "missing.yaml")])
 
