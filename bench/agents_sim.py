@@ -20,13 +20,19 @@ with its batch) in virtual time, with the same prefix cache, admission and
    figures (``h100_cost``), both program shapes at full size, hundreds of
    concurrent programs, the cache at 0.75x, 1.6x and 3x the live working set,
    ``microagent`` against ``priority`` and ``lru`` (FCFS + LRU), in virtual time.
+   With a host KV tier (issue 38): ``microagent-tier`` (microagent's retention and
+   priorities over a host tier evicting by sessions) against ``vllm-offload`` (vLLM's
+   native CPU offloading: FCFS, no retention, every block stored, LRU), the same host
+   bytes, at 1.6x and 3x, the former at rising rates: programs/min at equal p95.
 
 Results: ``bench/results/agents_sim.json`` (``targets`` included), its tables in
 BENCHMARKS.md with ``--update``. The probe and calibration need the real engine
 (``--skip-real`` reuses the JSON's); refuses a busy machine (load average above
 0.5) unless ``--force``.
 
-Usage: ``.venv/bin/python bench/agents_sim.py [--quick] [--skip-real] [--update]``.
+Usage: ``.venv/bin/python bench/agents_sim.py [--quick] [--skip-real] [--update]``
+(``--policies microagent-tier vllm-offload`` projects those alone and keeps the JSON's
+other cells; ``--window-scale`` shortens the projection's window).
 """
 
 from __future__ import annotations
@@ -126,6 +132,15 @@ H100 = {
     "max_num_seqs": 256,
     "max_num_batched_tokens": 8192,
     "block": 16,
+    # the host tier (issue 38): host<->HBM over PCIe Gen5 x16 (64 GB/s a direction, about
+    # 50 GB/s effective), a per-transfer latency charged on every 16-token block (2 MiB);
+    # no file tier (the ScriptedEngine models one host tier)
+    "pcie_bandwidth": 50e9,
+    "pcie_latency": 30e-6,
+    # host bytes of the tier, as a multiple of the cell's device KV, the same for both
+    # tiered policies: an HGX/DGX H100 node has 2 TB of RAM for 8 GPUs (256 GB a GPU, about
+    # 4.5x one H100's KV cache), so 2x the device KV fits in any cell's share of it
+    "host_kv_multiple": 2.0,
 }
 
 
@@ -153,6 +168,14 @@ def h100_cost() -> tuple[Any, int]:
     )
     kv = h["memory"] * h["gpu_memory_utilization"] - weights - h["activation_reserve"]
     return cost, int(kv // (h["kv_bytes_per_token"] * h["block"]))
+
+
+def h100_copy_rate() -> float:
+    """Tokens per second the host tier copies into HBM: a block's bytes over PCIe plus the
+    per-transfer latency, per block (about 220 k tokens/s)."""
+    h = H100
+    block_bytes = h["kv_bytes_per_token"] * h["block"]
+    return h["block"] / (block_bytes / h["pcie_bandwidth"] + h["pcie_latency"])
 
 
 # -- the real engine -----------------------------------------------------------------------------
@@ -309,9 +332,24 @@ def simulate(
     policy: str,
     prefix: Sequence[int],
     outputs: dict[str, Sequence[int]] | None = None,
+    host_blocks: int = 0,
+    copy_rate: float | None = None,
 ) -> dict[str, Any]:
-    """One cell on the ScriptedEngine under ``cost``, in virtual time."""
+    """One cell on the ScriptedEngine under ``cost``, in virtual time.
+
+    ``policy`` is a trace's (``T.POLICIES``) or a tiered one (``TIERED``: a host tier of
+    ``host_blocks`` copying ``copy_rate`` tokens/s; ``vllm-offload`` retains nothing).
+    """
     from microagent.testing import ScriptedEngine, run_virtual
+
+    tier = TIERED.get(policy)
+    if (tier is None) != (host_blocks == 0):
+        raise ValueError(f"{policy}: a host tier is for {sorted(TIERED)} and they need one")
+    tiering: dict[str, Any] = {}
+    if tier is not None:
+        tiering = {"host_tier_blocks": host_blocks, "tier_policy": tier}
+        if copy_rate is not None:
+            tiering["tier_copy_rate"] = copy_rate
 
     def exact(prompt: Sequence[int], request: Any) -> list[int]:
         return [T.ID_RANGE[0]] * request.sampling.max_tokens  # "length" at exactly that many
@@ -322,16 +360,26 @@ def simulate(
             num_blocks=blocks,
             block_size=block,
             max_num_seqs=max_num_seqs,
-            retention_budget=0.95,  # VLLMBridge's default
+            # VLLMBridge's default; vLLM's own offloading has no retention
+            retention_budget=0.0 if policy == "vllm-offload" else 0.95,
             retention_ttl=600.0,
             history_limit=16,
             script=exact,
+            **tiering,
         )
         async with engine:
-            cell = await T.run_cell(engine, programs, policy, prefix, 1e6, outputs)
+            trace = TRACE_POLICY.get(policy, policy)
+            cell = await T.run_cell(engine, programs, trace, prefix, 1e6, outputs)
             stats = engine.stats()
             assert engine.steps is not None
             cell["recomputed_tokens"] = stats.recomputed_tokens
+            cell["retained_hit_tokens"] = stats.retained_hit_tokens
+            if tier is not None:
+                ts = await engine.tier_stats()
+                cell["tier_loaded_blocks"] = ts.loaded_blocks
+                cell["tier_stored_blocks"] = ts.stored_blocks
+                cell["tier_evicted_blocks"] = ts.evicted_blocks
+                cell["tier_load_s"] = round(ts.load_seconds, 3)
             cell["busy_s"] = round(engine.steps.busy, 3)
             cell["steps"] = engine.steps.steps
         return cell
@@ -412,7 +460,17 @@ def _err(sim: float, real: float) -> float:
 # -- the projection ------------------------------------------------------------------------------
 
 PROJ_PRESSURES = (0.75, 1.6, 3.0)
-PROJ_POLICIES = ("microagent", "priority", "lru")
+PROJ_POLICIES = ("microagent", "priority", "lru", "microagent-tier", "vllm-offload")
+#: The policies with a host tier, and its eviction policy (``ScriptedEngine(tier_policy=)``).
+TIERED = {"microagent-tier": "sessions", "vllm-offload": "lru"}
+#: Each tiered policy's requests, as a trace policy: microagent's retains and priorities,
+#: or vLLM's defaults (FCFS, nothing retained).
+TRACE_POLICY = {"microagent-tier": "microagent", "vllm-offload": "lru"}
+#: The tiered policies run at these pressures (the issue's), ``microagent-tier`` at these
+#: multiples of the projection's rate (the cache kept at its size): its programs/min at
+#: ``vllm-offload``'s p95 (at the projection's rate) is read off that curve.
+TIER_PRESSURES = (1.6, 3.0)
+TIER_RATES = {"microagent-tier": (1.0, 1.2, 1.4), "vllm-offload": (1.0,)}
 #: Programs arrive at this fraction of what the engine could prefill at the workload floor
 #: (each context once): a load it sustains when nothing is recomputed.
 PROJ_LOAD = 0.6
@@ -420,15 +478,24 @@ PROJ_LOAD = 0.6
 PROJ_WINDOW_S = 120.0
 
 
-def projection(quick: bool) -> dict[str, Any]:
+def projection(
+    scale_window: float,
+    policies: Sequence[str] = PROJ_POLICIES,
+    kept: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
     """Both shapes on the H100 model at ``PROJ_LOAD``, the cache sized to each pressure.
 
     The rate is set by the compute (a fraction of the floor's prefill capacity), the
     cache by the pressure (the live working set at that rate over the pressure), as
     ``bench/agents.py`` sizes it; the tables say what fraction of one H100's KV that is.
+    The tiered policies get a host tier of ``host_kv_multiple`` x the cache, at
+    ``TIER_PRESSURES`` and ``TIER_RATES``; ``scale_window``: of ``PROJ_WINDOW_S`` (a
+    tenth with ``--quick``). Only ``policies`` run; ``kept``: cells of the
+    others from an earlier run (the same programs: the draws are seeded).
     """
-    cells = []
+    cells = [c for c in kept if c["system"] not in policies]
     settings = {}
+    copy_rate = h100_copy_rate()
     for shape_name in ("bfcl", "swe"):
         shape = P.SHAPES[shape_name]
         scale = P.Scale()
@@ -440,12 +507,14 @@ def projection(quick: bool) -> dict[str, Any]:
         cost, h100_blocks = h100_cost()
         rate_per_min = 60.0 * PROJ_LOAD / (cost.prefill_token * floor)
         ws = P.working_set(shape, scale, rate_per_min, 1.0 / cost.prefill_token, 25.0)
-        window = max(PROJ_WINDOW_S, 3.0 * ws.duration_s) / (10.0 if quick else 1.0)
+        window = max(PROJ_WINDOW_S, 3.0 * ws.duration_s) * scale_window
         count = max(20, round(rate_per_min / 60.0 * window))
-        drawn = P.programs(shape, scale, rate_per_min, count, 0, REPORT_SEED)
-        programs = [T.from_program(p, T.shared_prefix(shape)) for p in drawn]
+        prefix = T.shared_prefix(shape)
+        by_rate: dict[float, list[T.TraceProgram]] = {}
+
         for pressure in PROJ_PRESSURES:
             blocks = P.kv_blocks(ws.tokens, pressure, int(H100["block"]), 1)
+            host_blocks = round(blocks * H100["host_kv_multiple"])
             settings[f"{shape_name}|{pressure:g}"] = {
                 "rate_per_min": round(rate_per_min, 1),
                 "programs": count,
@@ -453,31 +522,48 @@ def projection(quick: bool) -> dict[str, Any]:
                 "working_set_tokens": round(ws.tokens),
                 "blocks": blocks,
                 "of_h100_kv": round(blocks / h100_blocks, 2),
+                "host_blocks": host_blocks,
+                "host_gb": round(host_blocks * H100["block"] * H100["kv_bytes_per_token"] / 1e9, 1),
+                "copy_tokens_per_s": round(copy_rate),
                 "cost": attrs.asdict(cost),
             }
-            for policy in PROJ_POLICIES:
+            runs = [
+                (policy, times)
+                for policy in policies
+                if policy not in TIERED or pressure in TIER_PRESSURES
+                for times in TIER_RATES.get(policy, (1.0,))
+            ]
+            for policy, times in runs:
+                if times not in by_rate:
+                    n = round(count * times)
+                    drawn = P.programs(shape, scale, rate_per_min * times, n, 0, REPORT_SEED)
+                    by_rate[times] = [T.from_program(p, prefix) for p in drawn]
                 t = time.monotonic()
                 cell = simulate(
                     cost,
                     blocks=blocks,
                     block=int(H100["block"]),
                     max_num_seqs=int(H100["max_num_seqs"]),
-                    programs=programs,
+                    programs=by_rate[times],
                     policy=policy,
-                    prefix=T.ids(f"prefix/{shape_name}", T.shared_prefix(shape)),
+                    prefix=T.ids(f"prefix/{shape_name}", prefix),
+                    host_blocks=host_blocks if policy in TIERED else 0,
+                    copy_rate=copy_rate,
                 )
                 cell.update(
                     shape=shape_name,
                     pressure=pressure,
-                    rate_per_min=round(rate_per_min, 1),
+                    rate_per_min=round(rate_per_min * times, 1),
                     system=policy,
                     engine="simulated-h100",
                     blocks=blocks,
+                    host_blocks=host_blocks if policy in TIERED else 0,
+                    window_scale=scale_window,
                     sim_wall_s=round(time.monotonic() - t, 1),
                 )
                 cells.append(cell)
                 print(
-                    f"h100 {shape_name} {pressure:g}x {policy}: {_line(cell)} "
+                    f"h100 {shape_name} {pressure:g}x {times:g}x rate {policy}: {_line(cell)} "
                     f"({cell['sim_wall_s']} s of wall time)",
                     flush=True,
                 )
@@ -561,6 +647,55 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(
             _target(f"H100 {shape} 1.6x: program p95 no worse than FCFS+LRU's", p95, p95 <= 1.0)
         )
+    out += tier_targets(data)
+    return out
+
+
+def tier_targets(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 38's projection target, per shape and pressure: ``microagent-tier``'s
+    programs/min at ``vllm-offload``'s p95 (interpolated on its rate curve; its highest
+    throughput when it never gets that slow, a lower bound), over ``vllm-offload``'s; and
+    whether ``microagent-tier`` is calibrated at all."""
+    out = []
+    table = R.rows({"cells": data.get("projection", {}).get("cells", [])})
+    for shape, pressure in itertools.product(("bfcl", "swe"), TIER_PRESSURES):
+        base_rows = {k[2]: r for k, r in table.items()
+                     if k[:2] == (shape, pressure) and k[3] == "vllm-offload"}  # fmt: skip
+        curve = [(r["per_min"], r["p95_s"]) for k, r in table.items()
+                 if k[:2] == (shape, pressure) and k[3] == "microagent-tier"]  # fmt: skip
+        if not base_rows or not curve:
+            continue
+        base = base_rows[min(base_rows)]
+        tp = R.throughput_at(curve, base["p95_s"])
+        ratio = (tp or 0.0) / base["per_min"] if base["per_min"] else math.nan
+        bound = tp is not None and tp >= max(x for x, _ in curve) - 1e-9
+        out.append(
+            _target(
+                f"H100 {shape} {pressure:g}x: microagent-tier >= 2x programs/min at equal p95 "
+                "vs vllm-offload (same host bytes)",
+                ratio,
+                ratio >= 2.0,
+                f"{tp or 0.0:.1f} vs {base['per_min']:.1f} programs/min at vllm-offload's p95 "
+                f"{base['p95_s']:.1f} s"
+                + (
+                    " (a lower bound: microagent-tier stays under it at its highest rate)"
+                    if bound
+                    else ""
+                )
+                + "; virtual time on a cost model",
+            )
+        )
+    cal = {row["policy"] for row in data.get("calibration", [])}
+    if "microagent-tier" not in cal and any(t[3] == "microagent-tier" for t in table):
+        out.append(
+            _target(
+                "simulator calibrated against the real engine: microagent-tier (host tier)",
+                math.nan,
+                False,
+                "not run: the calibration's real-engine cells cover microagent and lru only; "
+                "the tier's copy cost is an assumption (PCIe figures), not a fit",
+            )
+        )
     return out
 
 
@@ -606,25 +741,32 @@ def tables(data: dict[str, Any]) -> str:
         table = R.rows({"cells": proj["cells"]})
         lines += [
             "",
-            "**Projection: Llama-3.1-8B on one H100** (cost model from published figures, "
-            "see below; virtual time):",
+            "**Projection: Llama-3.1-8B on one H100** (a cost model from published figures, "
+            "see below, run in virtual time: a projection, never a GPU measurement):",
             "",
             "| shape | pressure | KV (of one H100's) | programs/min | live programs | policy | "
-            "computed × floor | p50 | p95 | p99 | without tools p50 / p99 | "
-            "later-turn TTFT p95 | failed |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "host tier (blocks loaded) | computed × floor | p50 | p95 | p99 | "
+            "without tools p50 / p99 | later-turn TTFT p95 | failed |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for (shape, pressure, rate, system), row in table.items():
             s = proj["settings"][f"{shape}|{pressure:g}"]
+            host = "—"
+            if system in TIERED:
+                host = (f"{s['host_gb']:g} GB, {TIERED[system]} "
+                        f"({_f(row['tier_loaded_blocks'], 0)})")  # fmt: skip
             lines.append(
                 f"| {shape} | {pressure:g}× | {s['blocks'] * H100['block'] / 1e3:.0f} k tokens "
                 f"({s['of_h100_kv']:.0%}) | {rate:g} | {s['concurrency']:g} | {system} | "
+                f"{host} | "
                 f"{_f(row['x_floor'])} | {_f(row['p50_s'], 1)} s | {_f(row['p95_s'], 1)} s | "
                 f"{_f(row['p99_s'], 1)} s | {_f(row['work_p50_s'], 1)} / "
                 f"{_f(row['work_p99_s'], 1)} s | {_f(row['ttft_later_p95_s'], 3)} s | "
                 f"{row['failed']} |"
             )
         h = proj["h100"]
+        short = {c["system"]: c["window_scale"] for c in proj["cells"]
+                 if c.get("window_scale", 1.0) != 1.0}  # fmt: skip
         lines += [
             "",
             f"Cost model: {h['gpu']}; {h['model']}. A step reads the weights once "
@@ -639,10 +781,34 @@ def tables(data: dict[str, Any]) -> str:
             "cache is the live working set at that rate over the pressure (its share of one "
             "H100's KV cache in the table). The retention policy's constants were chosen on "
             f"programs of seed {SEED}; these are seed {REPORT_SEED}'s.",
+            "",
+            "Host tier (issue 38): `microagent-tier` is microagent's retention and priorities "
+            "over a host tier that evicts by sessions (cold blocks first, then the held session "
+            "due back last; retention reckons a demotion as a copy); `vllm-offload` is vLLM's "
+            "native CPU offloading (`--kv-offloading-size`): FCFS, no retention, every full "
+            "block stored, LRU. Both get the same host bytes, "
+            f"{h.get('host_kv_multiple', 0):g}x the cell's device KV (an HGX H100 node has "
+            "2 TB of RAM for 8 GPUs, 256 GB a GPU). A load copies at "
+            f"{h.get('pcie_bandwidth', 0) / 1e9:.0f} GB/s (PCIe Gen5 x16, effective) plus "
+            f"{h.get('pcie_latency', 0) * 1e6:.0f} µs a {h['block']}-token block "
+            f"({h['kv_bytes_per_token'] * h['block'] / 2**20:.0f} MiB): "
+            f"{h100_copy_rate() / 1e3:.0f} k tokens/s, overlapping other requests' steps; "
+            "these are assumptions, not fits. No file tier is modelled (vLLM's "
+            "`TieringOffloadingSpec` files are not a baseline here). `microagent-tier` runs "
+            f"at {', '.join(f'{x:g}x' for x in TIER_RATES['microagent-tier'])} the rate "
+            "(the cache kept), for its programs/min at `vllm-offload`'s p95. "
+            + (
+                "Run on a shorter window (a fraction of the others'): "
+                + ", ".join(f"{k} {v:g}" for k, v in sorted(short.items()))
+                + "."
+                if short
+                else ""
+            ),
         ]
-    lines += ["", "| target | measured | met |", "|---|---|---|"]
+    lines += ["", "| target | measured | met | note |", "|---|---|---|---|"]
     for t in data.get("targets", []):
-        lines.append(f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else '**no**'} |")
+        met = "yes" if t["met"] else "**no**"
+        lines.append(f"| {t['target']} | {t['measured']} | {met} | {t.get('why') or ''} |")
     for part, name in (("real", "the real engine's runs"), ("projection", "the projection")):
         if data.get(part, {}).get("machine"):
             lines += ["", f"Machine for {name}: {machine_sentence(data[part]['machine'])}."]
@@ -652,8 +818,18 @@ def tables(data: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a tenth of the projection")
+    parser.add_argument(
+        "--window-scale", type=float, default=1.0, help="of the projection's window (--quick: 0.1)"
+    )
     parser.add_argument("--skip-real", action="store_true", help="reuse the JSON's real cells")
     parser.add_argument("--skip-projection", action="store_true")
+    parser.add_argument(
+        "--policies",
+        nargs="+",
+        choices=PROJ_POLICIES,
+        default=list(PROJ_POLICIES),
+        help="project only these; the JSON's cells of the others are kept",
+    )
     parser.add_argument(
         "--probe-only", action="store_true", help="probe and fit again, keep the real cells"
     )
@@ -679,7 +855,9 @@ def main() -> None:
         data["simulated"] = sim
         data["calibration"] = calibration_rows(data["real"]["cells"], sim)
     if not args.skip_projection:
-        data["projection"] = projection(args.quick)
+        kept = data.get("projection", {}).get("cells", [])
+        scale_window = 0.1 if args.quick else args.window_scale
+        data["projection"] = projection(scale_window, args.policies, kept)
     record = machine(round(load, 2), args.force, started)
     if args.probe_only or not args.skip_real:
         data["real"]["machine"] = record
