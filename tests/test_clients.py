@@ -3,7 +3,8 @@
 The OpenAI Agents SDK (its chat-completions model and its default, the Responses
 API), a LangGraph ReAct agent on langchain-openai, LangChain's streaming and
 structured output, and a real OTLP collector (Arize Phoenix) that a
-collaboration's trace is read back from. They conflict with vLLM's pins, so
+collaboration's trace is read back from (LiteLLM, run on a preset by
+``test_presets_real``, shares the environment). They conflict with vLLM's pins, so
 they live in a virtual environment of their own (``tests/.venv-clients``, made
 on first use here, about a minute) and each client runs as a script under
 ``tests/clients/`` that prints one JSON line.
@@ -38,6 +39,7 @@ PACKAGES = (
     "langgraph==1.2.22",
     "langchain-openai==1.7.4",
     "arize-phoenix==20.26.1",
+    "litellm==1.110.2",
 )
 
 
