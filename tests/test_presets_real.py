@@ -15,6 +15,7 @@ import openai
 import pytest
 from _engine import RealEngine
 from microagent.server._presets import load_presets, preset_option
+from openai.types.chat import ChatCompletionMessageParam
 from test_clients import client_python, run_client
 from test_server_helpers import LiveServer, real_server
 
@@ -43,12 +44,12 @@ def server(
 def test_the_openai_sdk_runs_a_preset_by_its_model_name(server: LiveServer) -> None:
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
     assert "vote2" in [m.id for m in client.models.list()]
-    messages: list[dict[str, str]] = [{"role": "user", "content": QUESTION}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": QUESTION}]
 
     reply = client.chat.completions.create(
         model="vote2",
         messages=messages,
-        max_tokens=8,  # type: ignore[arg-type]
+        max_tokens=8,
     )
     assert reply.model == "vote2"
     assert reply.choices[0].message.content in ("yes", "no")
@@ -62,7 +63,7 @@ def test_the_openai_sdk_runs_a_preset_by_its_model_name(server: LiveServer) -> N
     chunks = list(
         client.chat.completions.create(
             model="vote2",
-            messages=messages,  # type: ignore[arg-type]
+            messages=messages,
             max_tokens=8,
             stream=True,
             stream_options={"include_usage": True},
