@@ -57,7 +57,7 @@ from vllm.v1.kv_offload.base import OffloadKey, make_offload_key
 from vllm.v1.request import Request, RequestStatus
 
 from .._retention import Retain, RetentionTable
-from .._tier_order import DEFAULT_COPY_RATE, DEMOTIONS
+from .._tier_order import DEFAULT_COPY_RATE
 from ._tier_policy import SessionPolicy
 
 #: ``SamplingParams.extra_args`` key of a request's ``Retain`` mark.
@@ -112,7 +112,8 @@ class RetainingScheduler(Scheduler):
             prefill_rate=float(settings.get("prefill_rate", 300.0)),
             copy_rate=float(settings.get("copy_rate", DEFAULT_COPY_RATE)) if tiered else None,
             copied=self._in_tier if tiered else None,
-            ended=self._tier_ended if tiered else None,
+            # a demoted session keeps its host copy held; any other end forgets it
+            ended=self.tier_policy.order.ended if self.tier_policy is not None else None,
         )
 
         # a running request's next blocks come before any retention: vLLM would
@@ -211,13 +212,6 @@ class RetainingScheduler(Scheduler):
             )
             self._tier_answers[held] = found
         return found
-
-    def _tier_ended(self, key: str, cause: str) -> None:
-        """A retention ended: a demoted session keeps its host copy held; any other forgets."""
-        policy = self.tier_policy
-        assert policy is not None
-        if cause not in DEMOTIONS:
-            policy.forget([key])
 
     # -- admission: a retention never makes a request wait --------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
