@@ -12,7 +12,7 @@ many trials (p50 / p95 / max):
   succeeds on the restarted engine (the engine start is most of it).
 
 Writes ``bench/results/faults[_quick].json`` and a Markdown table; ``--update``
-rewrites the faults section of BENCHMARKS.md. Refuses to start when the
+rewrites its family page and headline row (``bench/report.py``). Refuses to start when the
 1-minute load average is 1 or more (``--force`` to override; the table says so).
 
 Usage: ``.venv/bin/python bench/faults.py [--quick] [--update]``.
@@ -35,7 +35,16 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _faults_report as R  # noqa: E402
-from _sections import machine  # noqa: E402
+from _sections import (  # noqa: E402
+    FamilyReport,
+    Headline,
+    data_line,
+    date_cell,
+    machine,
+    machine_cell,
+    page,
+    publish,
+)
 
 RESULTS = HERE / "results"
 MAX_TOKENS = 400
@@ -124,13 +133,42 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def family_report(results: Path = RESULTS) -> FamilyReport:
+    """The faults page and headline, from ``faults.json`` in ``results``."""
+    data = json.loads((results / "faults.json").read_text())
+    rows = R.summarize(data)
+    death, abort = rows["death_to_error_ms"], rows["abort_to_idle_ms"]
+    return FamilyReport(
+        family="faults",
+        title="Latency envelopes under faults",
+        headline=Headline(
+            figure="EngineCore killed → `EngineDied` in the consumer, p95",
+            value=f"{death['p95']:.0f} ms",
+            baseline="the tests' bound: 1 000 ms",
+            target=f"< 1 000 ms: {'met' if death['p95'] < 1000 else 'not met'}",
+            machine=machine_cell(data["machine"]),
+            date=date_cell(data["machine"]),
+        ),
+        summary=(
+            f"Over {abort['n']:.0f} aborts and {death['n']:.0f} EngineCore kills: an abort "
+            f"empties the scheduler in {abort['p95']:.0f} ms (p95), a killed engine reaches "
+            f"the consumer as `EngineDied` in {death['p95']:.0f} ms (p95)."
+        ),
+        page=page(
+            "Latency envelopes under faults (`bench/faults.py`)",
+            __doc__,
+            [("Results", R.table(data) + "\n" + data_line("faults.json"))],
+        ),
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="5 aborts, 3 kills")
     parser.add_argument("--aborts", type=int, default=None, help="abort trials (default 40)")
     parser.add_argument("--kills", type=int, default=None, help="kill trials (default 20)")
     parser.add_argument("--force", action="store_true", help="run even on a busy machine")
-    parser.add_argument("--update", action="store_true", help="rewrite BENCHMARKS.md's section")
+    parser.add_argument("--update", action="store_true", help="rewrite the family page and row")
     args = parser.parse_args()
     args.aborts = args.aborts or (5 if args.quick else 40)
     args.kills = args.kills or (3 if args.quick else 20)
@@ -147,8 +185,8 @@ def main() -> int:
     table = R.table(data)
     (RESULTS / f"{stem}_tables.md").write_text(table)
     print(table)
-    if args.update:
-        R.update_benchmarks(HERE.parent / "BENCHMARKS.md", table)
+    if args.update and not args.quick:
+        publish(HERE.parent, family_report())
     return 0
 
 

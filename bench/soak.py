@@ -32,15 +32,15 @@ file descriptors steady, then a settling pause. No
 response may be a 5xx and every bad input must get the status it expects.
 
 Writes ``bench/results/soak[_quick].json``, a Markdown table of the checks and
-the samples, a PNG of the curves; ``--update`` rewrites BENCHMARKS.md's soak
-section (``bench/_soak_report.py``). Exit status 1 when a check fails. Refuses
-to start when the 1-minute load average is above 0.5 (``--force`` overrides;
-the table says so).
+the samples, a PNG of the curves; ``--update`` rewrites its family page
+and headline row (``bench/_soak_report.py``, ``bench/report.py``). Exit status 1
+when a check fails. Refuses to start when the 1-minute load average is above
+0.5 (``--force`` overrides; the table says so).
 
 ``--chaos`` (``bench/_soak_chaos.py``): ``--minutes`` of the same mix plus
 sessions while the EngineCore is SIGKILLed every 3–5 minutes, with its own
 checks (hung requests, 5xx outside the kill windows, streams cut without the
-error event, memory and descriptors after each recovery) and its own section.
+error event, memory and descriptors after each recovery), on the same family page.
 
 Usage: ``.venv/bin/python bench/soak.py [--quick | --chaos] [--update]``.
 """
@@ -67,7 +67,17 @@ sys.path.insert(0, str(HERE))
 import _soak_chaos as C  # noqa: E402
 import _soak_report as R  # noqa: E402
 import _soak_requests as Q  # noqa: E402
-from _sections import machine  # noqa: E402
+from _sections import (  # noqa: E402
+    RESULTS_LINK,
+    FamilyReport,
+    Headline,
+    data_line,
+    date_cell,
+    machine,
+    machine_cell,
+    page,
+    publish,
+)
 from _serve import free_port  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -484,14 +494,52 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load average {load:.2f} > 0.5: the machine is not quiet; refusing", file=sys.stderr)
         return 2
     data = run(args, load, bool(args.force and load > 0.5))
+    if args.update and args.stem in ("soak", "soak_chaos"):
+        publish(HERE.parent, family_report(args.out))
     if args.chaos:
-        if args.update:
-            R.update_chaos_section(HERE.parent / "BENCHMARKS.md", C.chaos_tables(data))
         return 0 if all(t["met"] for t in data["targets"]) else 1
-    if args.update:
-        png = f"bench/results/{args.stem}.png"
-        R.update_benchmarks(HERE.parent / "BENCHMARKS.md", R.tables(data), png)
     return 0 if R.passed(data) else 1
+
+
+def family_report(results: Path = RESULTS) -> FamilyReport:
+    """The soak page and headline, from ``soak.json`` and ``soak_chaos.json`` in ``results``."""
+    data = json.loads((results / "soak.json").read_text())
+    rows = R.checks(data)
+    back = sum(row["ok"] for row in rows)
+    worst = max(rows, key=lambda row: abs(row["change"]))
+    plot = f"![soak curves]({RESULTS_LINK}/soak.png)\n"
+    parts = [("Soak", R.tables(data) + "\n" + plot + "\n" + data_line("soak.json"))]
+    chaos = results / "soak_chaos.json"
+    summary = (
+        f"{data['settings']['requests']} mixed requests (every mode, streams cut, clients "
+        f"giving up, bad inputs) against one server: {back}/{len(rows)} measures back at "
+        f"their starting level, {R.five_xx(data)} 5xx."
+    )
+    if chaos.exists():
+        wild = json.loads(chaos.read_text())
+        met = sum(t["met"] for t in wild["targets"])
+        parts.append(
+            ("Chaos soak (`--chaos`)", C.chaos_tables(wild) + "\n" + data_line("soak_chaos.json"))
+        )
+        summary += (
+            f" With the EngineCore SIGKILLed every 3-5 minutes (`--chaos`): {met}/"
+            f"{len(wild['targets'])} targets met."
+        )
+    return FamilyReport(
+        family="soak",
+        title="Soak",
+        headline=Headline(
+            figure=f"measures back at their starting level after {data['settings']['requests']}"
+            " requests",
+            value=f"{back}/{len(rows)} (worst {worst['label']}: {worst['change']:+.1%})",
+            baseline="the server's own level after the warm-up",
+            target=f"all within ±5 %, no 5xx: {'met' if R.passed(data) else 'not met'}",
+            machine=machine_cell(data["machine"]),
+            date=date_cell(data["machine"]),
+        ),
+        summary=summary,
+        page=page("Soak (`bench/soak.py`)", __doc__, parts),
+    )
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ can reach the loop's context. Reported per system and load: wall time of the
 loop, prompt tokens computed per step after the first (what a step re-reads:
 ideally only the tool result and the call), and in all.
 
-Writes ``bench/results/tools[_quick].json``; ``--update`` rewrites the tools
-section of BENCHMARKS.md from it (``bench/_tools_report.py``). Refuses to
+Writes ``bench/results/tools[_quick].json``; ``--update`` rewrites its family
+page and headline row from it (``bench/_tools_report.py``, ``bench/report.py``). Refuses to
 start when the 1-minute load average is above 0.5 (``--force`` overrides).
 
 Usage: ``.venv/bin/python bench/tools.py [--quick] [--update]``.
@@ -42,7 +42,17 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _tools_report as R  # noqa: E402
-from _sections import machine  # noqa: E402
+from _sections import (  # noqa: E402
+    FamilyReport,
+    Headline,
+    data_line,
+    date_cell,
+    machine,
+    machine_cell,
+    page,
+    publish,
+    x,
+)
 
 RESULTS = HERE / "results"
 KEYS = ("alpha", "beta", "gamma", "delta")
@@ -275,6 +285,40 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def family_report(results: Path = RESULTS) -> FamilyReport:
+    """The tools page and headline, from ``tools.json`` (and ``tools_quick.json``)."""
+    data = json.loads((results / "tools.json").read_text())
+    rows = R.medians(data)
+    loads = sorted({load for load, system in rows if system == "microagent"})
+    pairs = [(rows[(n, "microagent")], rows[(n, "client")]) for n in loads if (n, "client") in rows]
+    walls = [ours["wall_s"] / base["wall_s"] for ours, base in pairs]
+    computed = [ours["computed_total"] / max(1.0, base["computed_total"]) for ours, base in pairs]
+    parts = [("Results", R.tables(data) + "\n\n" + data_line("tools.json"))]
+    quick = results / "tools_quick.json"
+    if quick.exists():
+        body = R.tables(json.loads(quick.read_text())) + "\n\n" + data_line("tools_quick.json")
+        parts.append(("The `--quick` run", body))
+    return FamilyReport(
+        family="tools",
+        title="An agent loop with tools",
+        headline=Headline(
+            figure="tool-loop wall time, microagent",
+            value=f"{x(min(walls))}–{x(max(walls))} at background loads "
+            + ", ".join(map(str, loads)),
+            baseline="the same loop as openai-SDK code on vLLM's server (prefix caching)",
+            target="none",
+            machine=machine_cell(data["machine"]),
+            date=date_cell(data["machine"]),
+        ),
+        summary=(
+            "One agent, three tool calls and an answer, in process against the same loop as "
+            "client code re-sending its history: microagent computes "
+            f"{x(min(computed))}–{x(max(computed))} the client's prompt tokens."
+        ),
+        page=page("An agent loop with tools (`bench/tools.py`)", __doc__, parts),
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="loads 0 and 2, 1 repetition")
@@ -284,7 +328,7 @@ def main() -> int:
     parser.add_argument("--words", type=int, default=900, help="context words (~2k tokens)")
     parser.add_argument("--port", type=int, default=8123)
     parser.add_argument("--force", action="store_true", help="run even on a busy machine")
-    parser.add_argument("--update", action="store_true", help="rewrite BENCHMARKS.md's section")
+    parser.add_argument("--update", action="store_true", help="rewrite the family page and row")
     args = parser.parse_args()
     args.loads = args.loads or ([0, 2] if args.quick else [0, 2, 4])
     args.reps = args.reps or (1 if args.quick else 3)
@@ -300,8 +344,8 @@ def main() -> int:
     (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=1))
     text = R.tables(data)
     print(text)
-    if args.update:
-        R.update_benchmarks(HERE.parent / "BENCHMARKS.md", text)
+    if args.update and not args.quick:
+        publish(HERE.parent, family_report())
     medians = R.medians(data)
     print(json.dumps({f"{k[0]}/{k[1]}": v for k, v in medians.items()}, default=str)[:2000])
     return 0
