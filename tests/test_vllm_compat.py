@@ -5,8 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
 
-from microagent.engine_bridge import resolve_model
+from microagent.engine_bridge import SchedulerSnapshot, resolve_model
+from microagent.engine_bridge.vllm._compat import StatSink
 
 
 def test_bridges_opening_together_load_their_tokenizers_without_an_import_race() -> None:
@@ -71,3 +73,30 @@ def test_each_engines_prometheus_logger_keeps_its_series_in_its_own_registry() -
         labelled = {s.labels.get("model_name") for f in families for s in f.samples}
         assert labelled - {None} == {name}
     assert not [m.name for m in REGISTRY.collect() if m.name.startswith("vllm:")]
+
+
+def test_the_stat_sink_folds_reports_into_one_scheduler_snapshot() -> None:
+    """Gauges are the latest report's; cache counters and preemptions add up."""
+    sink = StatSink()
+    assert sink.snapshot == SchedulerSnapshot()
+
+    def report(running: int, queries: int, hits: int, preempted: int) -> SimpleNamespace:
+        prefix = SimpleNamespace(queries=queries, hits=hits, preempted_requests=preempted)
+        return SimpleNamespace(
+            num_running_reqs=running,
+            num_waiting_reqs=2,
+            num_skipped_waiting_reqs=1,
+            kv_cache_usage=0.25 * running,
+            prefix_cache_stats=prefix,
+        )
+
+    sink.observe(report(1, 100, 60, 0))
+    sink.observe(report(3, 50, 10, 2))
+    assert sink.snapshot == SchedulerSnapshot(
+        running=3,
+        waiting=3,
+        prefix_cache_queries=150,
+        prefix_cache_hits=70,
+        kv_cache_usage=0.75,
+        preemptions=2,
+    )

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
+import attrs
 from prometheus_client import CollectorRegistry
 
 from .._bridge import EngineBridge, EngineRequest, EngineStep, SchedulerSnapshot
@@ -84,9 +85,14 @@ class VLLMBridge(EngineBridge):
         max_restarts: restart attempts after the engine dies before giving up.
         restart_backoff: seconds before the second attempt (doubles after).
         cpu_seed: what to do with a per-request ``seed`` on vLLM's CPU backend,
-            where a seeded request whose prefill is chunked kills the engine
-            (``CPU Generator does not use offset``): ``"refuse"`` (default,
-            ``RequestRefused("seed")``) or ``"ignore"`` (serve it unseeded).
+            where a seeded request whose prefill is split into chunks kills the
+            engine (``CPU Generator does not use offset``). ``"whole"`` (default):
+            serve it, the retaining scheduler computing its prefill in one step
+            (``_seeded_prefill``); a seeded prompt longer than
+            ``max_num_batched_tokens`` is refused (``RequestRefused("seed")``),
+            and so is every seed with ``retention=0`` (vLLM's own scheduler).
+            ``"refuse"``: refuse every seeded request; ``"ignore"``: serve it
+            unseeded. Elsewhere a seed is always served.
         retention: the fraction of the KV cache that ``retain=`` may hold resident
             (default 0.95; 0 or None: no retention, vLLM's own scheduler). It loads
             our scheduler class into the EngineCore (``scheduler_cls``). Waiting
@@ -151,7 +157,7 @@ class VLLMBridge(EngineBridge):
         data_parallel_rank: int | None = None,
         max_restarts: int = 3,
         restart_backoff: float = 1.0,
-        cpu_seed: Literal["refuse", "ignore"] = "refuse",
+        cpu_seed: Literal["whole", "refuse", "ignore"] = "whole",
         retention: float | None = 0.95,
         retention_ttl: float | None = 600.0,
         prefill_rate: float | None = None,
@@ -182,6 +188,8 @@ class VLLMBridge(EngineBridge):
         self.data_parallel_rank = data_parallel_rank
         self.max_restarts = max_restarts
         self.restart_backoff = restart_backoff
+        if cpu_seed not in ("whole", "refuse", "ignore"):
+            raise ValueError(f"cpu_seed must be 'whole', 'refuse' or 'ignore', got {cpu_seed!r}")
         self.cpu_seed = cpu_seed
         if retention is not None and not 0.0 <= retention <= 1.0:
             raise ValueError(f"retention must be a fraction in [0, 1], got {retention}")
@@ -297,7 +305,12 @@ class VLLMBridge(EngineBridge):
             args.update(dtype=compat.cpu_dtype(), enforce_eager=True, gpu_memory_utilization=0.5)
         if self.retention_enabled:
             args.update(
-                compat.retention_engine_args(self.retention, self.retention_ttl, self.prefill_rate)
+                compat.retention_engine_args(
+                    self.retention,
+                    self.retention_ttl,
+                    self.prefill_rate,
+                    whole_seeded_prefills=self._is_cpu,  # GPU generators rewind: no need
+                )
             )
         if self.host_tier_bytes:
             args.update(
@@ -526,7 +539,7 @@ class VLLMBridge(EngineBridge):
 
     # -- requests ----------------------------------------------------------------------
     def check_request(self, prompt: KVHandle, sampling: Sampling) -> None:
-        """Refuse what the engine would reject or die of (see ``cpu_seed``)."""
+        """Refuse what the engine would reject or die of (a seed: see ``cpu_seed``)."""
         super().check_request(prompt, sampling)
         limit = self.max_model_len
         if limit is not None:
@@ -540,19 +553,40 @@ class VLLMBridge(EngineBridge):
                     f"{len(prompt)} prompt + {sampling.max_tokens} new tokens exceed "
                     f"max_model_len={limit}; ask for at most {limit - len(prompt)}",
                 )
-        if sampling.seed is not None and self._is_cpu and self.cpu_seed == "refuse":
-            raise RequestRefused(
-                "seed",
-                "per-request seeds are refused on vLLM's CPU backend: a seeded request whose "
-                "prefill is split into chunks (prompt longer than max_num_batched_tokens="
-                f"{self.max_num_batched_tokens}, or a step budget shared with other requests) "
-                "kills the engine ('CPU Generator does not use offset'). Sample without a "
-                "seed, or make the bridge with cpu_seed='ignore'",
-            )
+        if sampling.seed is not None and self._is_cpu:
+            self._check_cpu_seed(len(prompt))
         if prompt.adapter is not None and not self.enable_lora:
             raise RequestRefused(
                 "adapter", "this bridge was made without LoRA support (enable_lora=True)"
             )
+
+    def _check_cpu_seed(self, prompt_tokens: int) -> None:
+        """Refuse a seed the CPU backend cannot serve: its prefill must fit one step."""
+        if self.cpu_seed == "ignore":
+            return
+        budget = self.max_num_batched_tokens
+        if self.cpu_seed == "whole" and self.retention_enabled:
+            if budget is not None and prompt_tokens > budget:
+                raise RequestRefused(
+                    "seed",
+                    f"a seeded prompt must fit one scheduler step on vLLM's CPU backend: "
+                    f"{prompt_tokens} prompt tokens are more than max_num_batched_tokens="
+                    f"{budget} (a seeded prefill split into chunks kills the CPU engine, "
+                    "'CPU Generator does not use offset'). Shorten the prompt, sample "
+                    "without a seed, or raise max_num_batched_tokens",
+                )
+            return
+        why = (
+            "this bridge was made with cpu_seed='refuse'"
+            if self.cpu_seed == "refuse"
+            else "retention=0 leaves vLLM's own scheduler, which splits seeded prefills"
+        )
+        raise RequestRefused(
+            "seed",
+            f"per-request seeds are refused on vLLM's CPU backend here ({why}): a seeded "
+            "prefill split into chunks kills the engine ('CPU Generator does not use "
+            "offset'). Sample without a seed",
+        )
 
     def _lora_request(self, adapter: AdapterRef | None) -> Any:
         if adapter is None:
@@ -626,16 +660,7 @@ class VLLMBridge(EngineBridge):
         return self._prometheus
 
     def _scheduler_snapshot(self) -> SchedulerSnapshot:
-        s = self._sink
-        return SchedulerSnapshot(
-            running=s.running,
-            waiting=s.waiting,
-            prefix_cache_queries=s.prefix_cache_queries,
-            prefix_cache_hits=s.prefix_cache_hits,
-            kv_cache_usage=s.kv_cache_usage,
-            kv_cache_capacity_tokens=self._kv_capacity,
-            preemptions=s.preemptions,
-        )
+        return attrs.evolve(self._sink.snapshot, kv_cache_capacity_tokens=self._kv_capacity)
 
     # -- test and operations support ---------------------------------------------------
     async def reset_prefix_cache(self) -> bool:

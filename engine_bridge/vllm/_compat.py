@@ -20,6 +20,7 @@ import attrs
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+from .._bridge import SchedulerSnapshot
 from .._retention import Retain
 from .._types import FinishReason, Sampling, TokenLogprob
 
@@ -355,11 +356,20 @@ def token_logprobs(
     return tuple(out)
 
 
-def retention_engine_args(budget: float, ttl: float | None, prefill_rate: float) -> dict[str, Any]:
-    """Engine arguments that load the retaining scheduler with these settings."""
+def retention_engine_args(
+    budget: float, ttl: float | None, prefill_rate: float, *, whole_seeded_prefills: bool = False
+) -> dict[str, Any]:
+    """Engine arguments that load the retaining scheduler with these settings
+    (``whole_seeded_prefills``: never split a seeded prefill, see ``_seeded_prefill``)."""
     from ._retention import CONFIG_KEY, RetainingScheduler
+    from ._seeded_prefill import SETTING
 
-    settings = {"budget": budget, "ttl": ttl, "prefill_rate": prefill_rate}
+    settings = {
+        "budget": budget,
+        "ttl": ttl,
+        "prefill_rate": prefill_rate,
+        SETTING: whole_seeded_prefills,
+    }
     return {"scheduler_cls": RetainingScheduler, "additional_config": {CONFIG_KEY: settings}}
 
 
@@ -558,29 +568,34 @@ def engine_errored(engine: Any) -> bool:
 
 @attrs.define
 class StatSink:
-    """What one engine's scheduler reported: cumulative cache counters, latest gauges."""
+    """Where one engine's stat logger leaves its scheduler's reports.
 
-    running: int = 0
-    waiting: int = 0
-    prefix_cache_queries: int = 0
-    prefix_cache_hits: int = 0
-    kv_cache_usage: float = 0.0
-    preemptions: int = 0
-    records: int = 0
+    ``snapshot`` is the bridge's ``SchedulerSnapshot`` itself (cumulative cache
+    counters, latest gauges): one record of those fields, not a copy of them.
+    """
+
+    snapshot: SchedulerSnapshot = attrs.field(factory=SchedulerSnapshot)
 
     def observe(self, stats: Any) -> None:
-        self.records += 1
-        self.running = int(stats.num_running_reqs)
-        self.waiting = int(stats.num_waiting_reqs) + int(
-            getattr(stats, "num_skipped_waiting_reqs", 0)
-        )
-        self.kv_cache_usage = float(stats.kv_cache_usage)
+        """Fold one ``SchedulerStats`` into the snapshot."""
+        s = self.snapshot
+        queries, hits, preemptions = s.prefix_cache_queries, s.prefix_cache_hits, s.preemptions
         prefix = getattr(stats, "prefix_cache_stats", None)
         if prefix is not None:
-            self.prefix_cache_queries += int(prefix.queries)
-            self.prefix_cache_hits += int(prefix.hits)
+            queries += int(prefix.queries)
+            hits += int(prefix.hits)
             # a preempted request is counted once, when the scheduler resumes it
-            self.preemptions += int(getattr(prefix, "preempted_requests", 0) or 0)
+            preemptions += int(getattr(prefix, "preempted_requests", 0) or 0)
+        self.snapshot = attrs.evolve(
+            s,
+            running=int(stats.num_running_reqs),
+            waiting=int(stats.num_waiting_reqs)
+            + int(getattr(stats, "num_skipped_waiting_reqs", 0)),
+            kv_cache_usage=float(stats.kv_cache_usage),
+            prefix_cache_queries=queries,
+            prefix_cache_hits=hits,
+            preemptions=preemptions,
+        )
 
 
 def stat_logger_factory(sink: StatSink) -> Callable[..., Any]:
