@@ -25,6 +25,7 @@ from . import _resume
 from ._errors import EngineDied, RequestRefused, UnknownAdapter
 from ._handle import AdapterRef, KVHandle
 from ._programs import ProgramOrder
+from ._retained_index import RetainedIndex
 from ._retention import Retain, RetentionStats
 from ._salt import current_cache_salt
 from ._tier_stats import TierStats
@@ -265,7 +266,7 @@ class EngineBridge(abc.ABC):
         self._live: dict[str, Generation] = {}
         self._counters = _Counters()
         # retention key -> (cache salt, the handle whose blocks were retained), this epoch
-        self._retained: dict[str, tuple[str | None, KVHandle]] = {}
+        self._retained = RetainedIndex(block_size)
         # resident handle key (a hash, not the token ids: the tokens of 8 192 long
         # prompts would stay alive here) -> how many of its tokens the engine computed
         self._resident: OrderedDict[int, int] = OrderedDict()
@@ -424,19 +425,7 @@ class EngineBridge(abc.ABC):
 
     def _extended_key(self, prompt: KVHandle, salt: str | None) -> str | None:
         """The key of the longest retained handle whose whole blocks ``prompt`` extends."""
-        block = self.block_size
-        best, longest = None, 0
-        for key, (s, handle) in self._retained.items():
-            n = len(handle) // block * block
-            if (
-                n > longest
-                and len(prompt) > n
-                and s == salt
-                and handle.adapter == prompt.adapter
-                and handle.common_prefix_length(prompt) >= n
-            ):
-                best, longest = key, n
-        return best
+        return self._retained.extended_key(prompt, salt)
 
     async def generate(
         self,
@@ -507,7 +496,7 @@ class EngineBridge(abc.ABC):
             *keys,
             *(k for k in self._retained if prefix is not None and k.startswith(prefix)),
         ]:
-            self._retained.pop(key, None)
+            self._retained.pop(key)
         self._programs.forget(keys, prefix=prefix)
         if not self.retention_enabled or (not keys and prefix is None):
             return 0
@@ -609,17 +598,7 @@ class EngineBridge(abc.ABC):
 
     def retained_prefix(self, prompt: KVHandle, salt: str | None = None) -> int:
         """Tokens of ``prompt`` (whole blocks, last token excluded) covered by a retained handle."""
-        block = self.block_size
-        limit = (len(prompt) - 1) // block * block
-        best = max(
-            (
-                h.common_prefix_length(prompt)
-                for s, h in self._retained.values()
-                if h.adapter == prompt.adapter and s == salt
-            ),
-            default=0,
-        )
-        return min(best // block * block, limit)
+        return self._retained.covered(prompt, salt)
 
     def _engine_died(self) -> None:
         """The engine of this epoch died: counted once, however many requests saw it."""
@@ -704,11 +683,11 @@ class EngineBridge(abc.ABC):
         handle = attrs.evolve(self._output_handle(prompt, out, text), epoch=self.epoch)
         if request.retain is not None:
             if reason in ("stop", "length"):
-                self._retained[request.retain.key] = (salt, handle)
+                self._retained.put(request.retain.key, salt, handle)
                 self._programs.finished(request.retain.key, _now())
                 self._on_retained()
             else:
-                self._retained.pop(request.retain.key, None)
+                self._retained.pop(request.retain.key)
         if reason in ("stop", "length"):
             # the prompt's ancestors are its prefixes, as resident as it is: a later prompt
             # that branches off one (a shared transcript after the context) expects a hit
