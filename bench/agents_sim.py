@@ -75,6 +75,11 @@ CAL_RATE, CAL_PROGRAMS = 40.0, 10
 #: Cache sizes of the calibration (blocks of 128): roomy, and about 1.6x the working set.
 CAL_BLOCKS = {"none": 160, "pressure": 24}
 CAL_POLICIES = ("microagent", "lru")
+#: The tiered calibration cell (``--real-tier``): microagent's retention over a host tier
+#: of the projection's size (2x the device cache), under the sessions' policy, at the
+#: pressure cache size, on an engine of its own.
+CAL_TIER_POLICY = "microagent-tier"
+CAL_TIER_HOST = 2 * CAL_BLOCKS["pressure"]
 SEED = 26
 #: The projection's programs: the retention policy's constants (``DEFAULT_MIN_HOLD``, the
 #: 0.95 budget, the headroom rule) were chosen on SEED's programs with 60 s windows, so
@@ -181,10 +186,18 @@ def h100_copy_rate() -> float:
 # -- the real engine -----------------------------------------------------------------------------
 
 
-def _real_bridge(blocks: int, prefill_rate: float | None = None) -> Any:
+def _real_bridge(blocks: int, prefill_rate: float | None = None, host_blocks: int = 0) -> Any:
     from microagent import VLLMBridge
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    tier: dict[str, Any] = {}
+    if host_blocks:
+        from agents import kv_bytes_per_token
+
+        tier = {
+            "host_tier_bytes": host_blocks * CPU_BLOCK * kv_bytes_per_token(),
+            "tier_policy": "sessions",
+        }
     return VLLMBridge(
         "default",
         max_num_seqs=ENGINE["max_num_seqs"],
@@ -194,6 +207,7 @@ def _real_bridge(blocks: int, prefill_rate: float | None = None) -> Any:
         prefill_rate=prefill_rate,
         retention_ttl=600.0,
         progress=False,
+        **tier,
     )
 
 
@@ -202,7 +216,7 @@ async def probe(bridge: Any) -> dict[str, Any]:
     prompts (one step each, within the budget), and decode steps of 1-16 requests over
     short and long contexts (the median step of each request's decode)."""
     from microagent import Sampling
-    from microagent.engine_bridge._step_cost import prefill_pairs
+    from microagent.engine_bridge.scripted._step_cost import prefill_pairs
 
     points: list[tuple[int, float, int, int, float]] = []
     # the first pass warms the CPU engine's per-shape kernels up and is not kept
@@ -297,6 +311,36 @@ async def real_cells(prefill_rate_hint: float | None) -> dict[str, Any]:
                 out["cells"].append(cell)
                 print(f"real {label} {policy}: {_line(cell)}", flush=True)
     return out
+
+
+async def real_tier_cells(prefill_rate_hint: float | None) -> list[dict[str, Any]]:
+    """The tiered calibration cell on the real engine: ``CAL_TIER_POLICY``'s trace (the
+    retention policy's requests) over a host tier of ``CAL_TIER_HOST`` blocks, at the
+    pressure cache size, with the tier's loads and their measured copy rate."""
+    blocks = CAL_BLOCKS["pressure"]
+    bridge = _real_bridge(blocks, prefill_rate_hint, host_blocks=CAL_TIER_HOST)
+    async with bridge:
+        warm, prefix_len = cal_programs("warm-up", blocks)
+        await T.run_cell(bridge, warm[:5], "lru", T.ids(f"warm/{blocks}", prefix_len), 900.0)
+        programs, prefix_len = cal_programs(CAL_TIER_POLICY, blocks)
+        prefix = T.ids(f"prefix/{CAL_TIER_POLICY}/{blocks}", prefix_len)
+        before, tier_before = bridge.stats(), await bridge.tier_stats()
+        cell = await T.run_cell(bridge, programs, TRACE_POLICY[CAL_TIER_POLICY], prefix, 900.0)
+        after, tier_after = bridge.stats(), await bridge.tier_stats()
+    loaded = (tier_after.loaded_blocks - tier_before.loaded_blocks) * CPU_BLOCK
+    seconds = tier_after.load_seconds - tier_before.load_seconds
+    cell.update(
+        _labels("bfcl", "pressure", blocks, CAL_TIER_POLICY, "real"),
+        host_blocks=CAL_TIER_HOST,
+        recomputed_tokens=after.recomputed_tokens - before.recomputed_tokens,
+        preemptions=after.preemptions - before.preemptions,
+        tier_loaded_blocks=tier_after.loaded_blocks - tier_before.loaded_blocks,
+        tier_stored_blocks=tier_after.stored_blocks - tier_before.stored_blocks,
+        tier_load_s=round(seconds, 3),
+        copy_tokens_per_s=round(loaded / seconds) if seconds > 0 else None,
+    )
+    print(f"real pressure {CAL_TIER_POLICY}: {_line(cell)}", flush=True)
+    return [cell]
 
 
 async def reprobe() -> dict[str, Any]:
@@ -412,6 +456,9 @@ def sim_calibration(real: dict[str, Any]) -> list[dict[str, Any]]:
             policy=twin["system"],
             prefix=prefix,
             outputs=outputs,
+            # the tier's copies at the retention rule's rate (the real engine's
+            # measured rate is in its cell: its loads overlap the engine's steps)
+            host_blocks=twin.get("host_blocks", 0),
         )
         cell.update(_labels("bfcl", twin["pressure"], twin["blocks"], twin["system"], "simulated"))
         out.append(cell)
@@ -831,6 +878,11 @@ def main() -> None:
         help="project only these; the JSON's cells of the others are kept",
     )
     parser.add_argument(
+        "--real-tier",
+        action="store_true",
+        help=f"run the real {CAL_TIER_POLICY} calibration cell alone, keep the other real cells",
+    )
+    parser.add_argument(
         "--probe-only", action="store_true", help="probe and fit again, keep the real cells"
     )
     parser.add_argument("--update", action="store_true", help="write the BENCHMARKS.md section")
@@ -846,6 +898,11 @@ def main() -> None:
         import anyio
 
         data["real"] |= anyio.run(reprobe)
+    elif args.real_tier:
+        import anyio
+
+        kept = [c for c in data["real"]["cells"] if c["system"] != CAL_TIER_POLICY]
+        data["real"]["cells"] = kept + anyio.run(real_tier_cells, None)
     elif not args.skip_real:
         import anyio
 
@@ -859,7 +916,9 @@ def main() -> None:
         scale_window = 0.1 if args.quick else args.window_scale
         data["projection"] = projection(scale_window, args.policies, kept)
     record = machine(round(load, 2), args.force, started)
-    if args.probe_only or not args.skip_real:
+    if args.real_tier:
+        data["real"]["tier_machine"] = record
+    elif args.probe_only or not args.skip_real:
         data["real"]["machine"] = record
     if not args.skip_projection:
         data["projection"]["machine"] = record

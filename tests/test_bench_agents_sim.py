@@ -11,6 +11,7 @@ import math
 
 import _agents_trace as T
 import agents_sim as S
+import attrs
 import pytest
 from microagent.testing import StepCost
 
@@ -84,7 +85,7 @@ def test_under_pressure_retention_computes_no_more_than_lru_and_every_program_fi
 
 
 def test_fit_cost_recovers_a_known_step_cost_and_holds_a_negative_term_at_zero() -> None:
-    from microagent.engine_bridge._step_cost import prefill_pairs
+    from microagent.engine_bridge.scripted._step_cost import prefill_pairs
 
     truth = StepCost(
         base=0.03, prefill_token=0.002, decode_seq=0.005, prefill_pair=1e-6, decode_context=1e-5
@@ -197,3 +198,29 @@ def test_the_host_tier_copies_over_pcie_and_the_tier_target_reads_equal_p95() ->
     assert tier["measured"] == pytest.approx(2.5) and tier["met"]
     uncal = got["simulator calibrated against the real engine: microagent-tier (host tier)"]
     assert not uncal["met"] and "not run" in uncal["why"]
+
+
+def test_a_tiered_real_twin_is_simulated_over_its_tier_and_calibrates_the_tier() -> None:
+    """``--real-tier``'s cell (microagent-tier over a host tier of CAL_TIER_HOST blocks)
+    is replayed on the simulator over the same tier: it loads from the host, gets its
+    calibration row, and the projection's tier target no longer says uncalibrated."""
+    programs, _ = S.cal_programs(S.CAL_TIER_POLICY, S.CAL_BLOCKS["pressure"])
+    twin = {
+        "system": S.CAL_TIER_POLICY, "blocks": S.CAL_BLOCKS["pressure"], "pressure": "pressure",
+        "host_blocks": S.CAL_TIER_HOST,
+        "programs": [{"pid": p.pid, "turns": []} for p in programs[:4]],
+    }  # fmt: skip
+    cost = StepCost(base=0.02, prefill_token=0.001, decode_seq=0.004, max_batched_tokens=2048)
+    (sim,) = S.sim_calibration({"cost": attrs.asdict(cost), "cells": [twin]})
+    assert sim["system"] == S.CAL_TIER_POLICY and "tier_loaded_blocks" in sim
+    assert all(p["ok"] for p in sim["programs"])
+    data = {
+        "calibration": [{"pressure": "pressure", "blocks": 24, "policy": S.CAL_TIER_POLICY,
+                         "err_computed": 0.05, "err_p50_s": 0.1, "err_p95_s": 0.2}],
+        "projection": {"cells": []},
+    }  # fmt: skip
+    got = {t["target"]: t["met"] for t in S.targets(data)}
+    assert got[
+        "simulated prompt computed within 10 % of real: microagent-tier at 24 blocks (pressure)"
+    ]
+    assert not any("calibrated against the real engine" in t for t in got)
