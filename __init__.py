@@ -12,14 +12,10 @@ Layers, each importing only those below it: ``mailbox`` and ``engine_bridge``
 ``microagent.testing`` holds the test double and helpers for your own tests.
 
 This namespace is the documented core (``__all__``); every subpackage keeps its
-full public API. Names that lived here before and are now only in their
-subpackage still resolve, with a ``DeprecationWarning``, for one release.
+own public API.
 """
 
 from __future__ import annotations
-
-import importlib
-import warnings
 
 from .actors import Actor as Actor
 from .actors import ActorError as ActorError
@@ -106,65 +102,3 @@ __all__ = [
     "resolve_model",
     "vote",
 ]
-
-#: Names this namespace exported before it became the core: name -> its subpackage.
-_MOVED: dict[str, str] = {
-    "ActorFailed": "microagent.actors",
-    "ActorRef": "microagent.actors",
-    "ActorScope": "microagent.actors",
-    "ActorStopped": "microagent.actors",
-    "AdapterRef": "microagent.engine_bridge",
-    "AgentRecord": "microagent.collab",
-    "AskTimeout": "microagent.actors",
-    "DeadLetter": "microagent.mailbox",
-    "DeadLetterReason": "microagent.mailbox",
-    "DeadLetters": "microagent.mailbox",
-    "EngineStats": "microagent.engine_bridge",
-    "EngineUnavailable": "microagent.engine_bridge",
-    "EscalationError": "microagent.actors",
-    "HandleMismatch": "microagent.engine_bridge",
-    "InvalidGraph": "microagent.collab",
-    "InvalidRole": "microagent.collab",
-    "MailboxFull": "microagent.mailbox",
-    "ModeRegistry": "microagent.collab",
-    "ModelPreparationError": "microagent.engine_bridge",
-    "OneForAll": "microagent.actors",
-    "OneForOne": "microagent.actors",
-    "OverflowPolicy": "microagent.mailbox",
-    "RequestRefused": "microagent.engine_bridge",
-    "RestartKind": "microagent.actors",
-    "RetentionStats": "microagent.engine_bridge",
-    "Role": "microagent.collab",
-    "RoleDefinition": "microagent.collab",
-    "SandboxLimits": "microagent.collab",
-    "SandboxResult": "microagent.collab",
-    "SandboxUnavailable": "microagent.collab",
-    "ScriptedEngine": "microagent.engine_bridge",
-    "Terminated": "microagent.actors",
-    "TraceRecorder": "microagent.collab",
-    "TurnDone": "microagent.collab",
-    "UnknownAdapter": "microagent.engine_bridge",
-    "Usage": "microagent.collab",
-    "Verdict": "microagent.collab",
-    "plot_timeline": "microagent.collab",
-    "prepare_model": "microagent.engine_bridge",
-    "python_tests_validator": "microagent.collab",
-    "run_sandboxed": "microagent.collab",
-    "run_validator": "microagent.collab",
-    "sandbox_unavailable": "microagent.collab",
-    "unregister_mode": "microagent.collab",
-    "write_trace": "microagent.collab",
-}
-
-
-def __getattr__(name: str) -> object:
-    """An old top-level name, from its subpackage, with a ``DeprecationWarning``."""
-    module = _MOVED.get(name)
-    if module is None:
-        raise AttributeError(f"module 'microagent' has no attribute {name!r}")
-    warnings.warn(
-        f"microagent.{name} moved to {module}.{name}; import it from there",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(importlib.import_module(module), name)

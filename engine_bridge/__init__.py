@@ -1,8 +1,9 @@
 """The engine bridge: KV handles, chat composition, and the engines actors generate on.
 
-``VLLMBridge`` runs one in-process vLLM ``AsyncLLM`` per served model;
-``ScriptedEngine`` is the deterministic test double with vLLM's caching rules;
-``RemoteBridge`` runs a role on any OpenAI-compatible endpoint (text crosses, no KV).
+``VLLMBridge`` runs one in-process vLLM ``AsyncLLM`` per served model (``vllm/``);
+``RemoteBridge`` runs a role on any OpenAI-compatible endpoint (``remote/``: text
+crosses, no KV). The deterministic test double, ``ScriptedEngine``, has its own room
+(``scripted/``) and is exported from ``microagent.testing``.
 """
 
 from .._public import publish as _publish
@@ -26,9 +27,6 @@ from ._errors import find_cause as find_cause
 from ._group import open_bridges as open_bridges
 from ._handle import AdapterRef as AdapterRef
 from ._handle import KVHandle as KVHandle
-from ._lora import make_random_lora as make_random_lora
-from ._models import prepare_model as prepare_model
-from ._models import resolve_model as resolve_model
 from ._resume import ResumeJournal as ResumeJournal
 from ._resume import resume_journal as resume_journal
 from ._retention import RELEASE_CAUSES as RELEASE_CAUSES
@@ -39,10 +37,7 @@ from ._salt import cache_salt as cache_salt
 from ._salt import current_cache_salt as current_cache_salt
 from ._salt import salt_for as salt_for
 from ._salt import set_cache_salt as set_cache_salt
-from ._scripted import ScriptedEngine as ScriptedEngine
-from ._step_cost import StepCost as StepCost
 from ._tier_stats import TierStats as TierStats
-from ._tokenizer import ToyTokenizer as ToyTokenizer
 from ._tool_calls import TOOL_NAME as TOOL_NAME
 from ._tool_calls import TOOL_NAME_PATTERN as TOOL_NAME_PATTERN
 from ._tool_calls import FunctionTool as FunctionTool
@@ -63,6 +58,8 @@ from ._types import TokenDelta as TokenDelta
 from ._types import TokenLogprob as TokenLogprob
 from .remote import RemoteBridge as RemoteBridge
 from .vllm import VLLMBridge as VLLMBridge
+from .vllm import prepare_model as prepare_model
+from .vllm import resolve_model as resolve_model
 
 __all__ = [
     "MAX_TOP_LOGPROBS",
@@ -96,8 +93,6 @@ __all__ = [
     "RetentionStats",
     "Sampling",
     "SchedulerSnapshot",
-    "ScriptedEngine",
-    "StepCost",
     "TaggedJson",
     "TierStats",
     "Timings",
@@ -106,13 +101,11 @@ __all__ = [
     "ToolCallStream",
     "ToolChoice",
     "ToolPlan",
-    "ToyTokenizer",
     "UnknownAdapter",
     "VLLMBridge",
     "cache_salt",
     "current_cache_salt",
     "find_cause",
-    "make_random_lora",
     "open_bridges",
     "prepare_model",
     "render_tool_calls",

@@ -18,7 +18,8 @@ import attrs
 
 from ..collab.trace import otlp_tracing
 from ..console import EngineLog, quiet_engine_logs
-from ..engine_bridge import EngineBridge, ScriptedEngine, VLLMBridge
+from ..engine_bridge import EngineBridge, VLLMBridge
+from ..engine_bridge.scripted import ScriptedEngine
 from ._engine_flags import bridge_settings, flag_name, given_engine_flags
 from ._remote import make_remotes
 from ._serve_options import engine_value, serve_keys

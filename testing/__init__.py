@@ -11,10 +11,10 @@ starts vLLM's own OpenAI server as a real remote (``wait_healthy``,
 
 from .._public import publish as _publish
 from ..engine_bridge import EngineRequest as EngineRequest
-from ..engine_bridge import ScriptedEngine as ScriptedEngine
-from ..engine_bridge import StepCost as StepCost
-from ..engine_bridge import ToyTokenizer as ToyTokenizer
-from ..engine_bridge import make_random_lora as make_random_lora
+from ..engine_bridge.scripted import ScriptedEngine as ScriptedEngine
+from ..engine_bridge.scripted import StepCost as StepCost
+from ..engine_bridge.scripted import ToyTokenizer as ToyTokenizer
+from ._lora import make_random_lora as make_random_lora
 from ._virtual import run_virtual as run_virtual
 from ._vllm_server import VLLM_COUNTERS as VLLM_COUNTERS
 from ._vllm_server import VLLMServer as VLLMServer
@@ -39,3 +39,4 @@ __all__ = [
 ]
 
 _publish(globals(), __name__)
+_publish(globals(), __name__, below="microagent.engine_bridge")

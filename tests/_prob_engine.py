@@ -13,7 +13,8 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 
-from microagent.engine_bridge import EngineRequest, ScriptedEngine, TokenLogprob
+from microagent.engine_bridge import EngineRequest, TokenLogprob
+from microagent.testing import ScriptedEngine
 
 Probs = Callable[[EngineRequest], Mapping[str, float] | None]
 

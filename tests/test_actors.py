@@ -24,8 +24,9 @@ from microagent.actors import (
     UnhandledMessage,
     handles,
 )
-from microagent.engine_bridge import Sampling, ScriptedEngine
+from microagent.engine_bridge import Sampling
 from microagent.mailbox import DeadLetterReason, MailboxFull, OverflowPolicy, Undeliverable
+from microagent.testing import ScriptedEngine
 
 pytestmark = pytest.mark.anyio
 

@@ -103,7 +103,8 @@ def test_prompts_match_microagent() -> None:
 async def test_client_transcript_turn_is_microagent_s_text() -> None:
     """The client's transcript-layout debate turn is the text microagent's debate composes."""
     from microagent.collab import AgentSpec, collaborate, critical_offset
-    from microagent.engine_bridge import EngineRequest, ScriptedEngine
+    from microagent.engine_bridge import EngineRequest
+    from microagent.testing import ScriptedEngine
 
     round1 = {"debater-1": "Answer: 4", "debater-2": "It is 5. Answer: 5", "debater-3": "Answer: 6"}
 

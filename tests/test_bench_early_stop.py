@@ -18,7 +18,8 @@ import pytest
 from _collab_tasks import Task
 from microagent.collab import StopRule, majority
 from microagent.collab._tally import adaptive_vote
-from microagent.engine_bridge import EngineRequest, ScriptedEngine
+from microagent.engine_bridge import EngineRequest
+from microagent.testing import ScriptedEngine
 
 YES_NO = ("yes", "no")
 

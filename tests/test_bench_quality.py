@@ -349,7 +349,8 @@ def test_free_methods_run_end_to_end_on_the_scripted_engine() -> None:
     """Every free method through ``run_one`` (``collaborate()`` and the grade), on an engine
     that replies with the item's answer to every free turn (judges: their own yes/no)."""
     import anyio
-    from microagent.engine_bridge import EngineRequest, ScriptedEngine
+    from microagent.engine_bridge import EngineRequest
+    from microagent.testing import ScriptedEngine
 
     items = {f: T.family_items(f, 1)[0] for f in T.FREE}
     replies = {f: f"{i.answer}." if f != "extract" else i.answer for f, i in items.items()}

@@ -9,14 +9,8 @@ import jinja2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from microagent.engine_bridge import (
-    ChatComposer,
-    ChatTemplate,
-    KVHandle,
-    Message,
-    ScriptedEngine,
-    ToyTokenizer,
-)
+from microagent.engine_bridge import ChatComposer, ChatTemplate, KVHandle, Message
+from microagent.testing import ScriptedEngine, ToyTokenizer
 from strategies import chat_texts
 
 SMOLLM2 = (  # SmolLM2-Instruct's template: ChatML that injects a default system prompt

@@ -11,7 +11,8 @@ import pytest
 from microagent.collab import AgentSpec, InvalidCollaboration, collaborate, prepare_collaboration
 from microagent.collab.modes import AutoConfig, VoteConfig
 from microagent.collab.modes._auto import plan
-from microagent.engine_bridge import EngineRequest, ScriptedEngine
+from microagent.engine_bridge import EngineRequest
+from microagent.testing import ScriptedEngine
 from test_server_helpers import live_server, scripted
 
 pytestmark = pytest.mark.anyio

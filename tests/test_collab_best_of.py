@@ -17,7 +17,8 @@ from microagent.collab import (
     prepare_collaboration,
 )
 from microagent.collab.modes._best_of import JUDGE_PROMPT, sequence_probability
-from microagent.engine_bridge import EngineRequest, ScriptedEngine, TokenLogprob
+from microagent.engine_bridge import EngineRequest, TokenLogprob
+from microagent.testing import ScriptedEngine
 
 pytestmark = pytest.mark.anyio
 

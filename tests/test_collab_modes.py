@@ -25,7 +25,8 @@ from microagent.collab import (
     register_mode,
     unregister_mode,
 )
-from microagent.engine_bridge import EngineRequest, ScriptedEngine
+from microagent.engine_bridge import EngineRequest
+from microagent.testing import ScriptedEngine
 
 pytestmark = pytest.mark.anyio
 

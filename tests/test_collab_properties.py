@@ -27,7 +27,8 @@ from microagent.collab import (
 )
 from microagent.collab._debias import voter_order
 from microagent.collab._tally import adaptive_vote, beta_majority_probability
-from microagent.engine_bridge import EngineRequest, ScriptedEngine
+from microagent.engine_bridge import EngineRequest
+from microagent.testing import ScriptedEngine
 from strategies import choice_views, stop_rules
 
 CHOICES = ("yes", "no", "maybe")

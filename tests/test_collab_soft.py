@@ -31,7 +31,8 @@ from microagent.collab._soft import (
     read_ballot,
     soft_winner,
 )
-from microagent.engine_bridge import EngineRequest, ScriptedEngine, TokenLogprob
+from microagent.engine_bridge import EngineRequest, TokenLogprob
+from microagent.testing import ScriptedEngine
 from strategies import soft_ballots, vote_sequences
 
 pytestmark = pytest.mark.anyio

@@ -21,7 +21,7 @@ from microagent.collab import (
     collaborate,
 )
 from microagent.collab._tools import parameters_schema, run_calls
-from microagent.engine_bridge import ScriptedEngine
+from microagent.testing import ScriptedEngine
 
 pytestmark = pytest.mark.anyio
 

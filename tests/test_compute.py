@@ -25,8 +25,9 @@ from microagent.collab import (
     collaborate,
 )
 from microagent.collab.modes._compute import calls_for_calculation, choice_for
-from microagent.engine_bridge import EngineRequest, ScriptedEngine
+from microagent.engine_bridge import EngineRequest
 from microagent.server import ServerLimits
+from microagent.testing import ScriptedEngine
 from test_server_helpers import live_server
 
 pytestmark = pytest.mark.anyio

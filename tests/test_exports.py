@@ -1,8 +1,7 @@
 """The public API is deliberate (as trio's ``_tests/test_exports.py`` checks it).
 
 Every public name is in its package's ``__all__`` exactly once, reports a
-public module, and the names ``import microagent`` gave before the layers
-were split still work from ``microagent``.
+public module, and the core namespaces stay small and documented.
 """
 
 from __future__ import annotations
@@ -31,79 +30,6 @@ PUBLIC_PACKAGES = (
     "microagent.cli",
     "microagent.testing",
 )
-
-#: ``import microagent`` exported these before the collaboration layer had its own package.
-EXPORTED_BEFORE = [
-    "Actor",
-    "ActorFailed",
-    "ActorRef",
-    "ActorScope",
-    "ActorStopped",
-    "AgentRecord",
-    "AgentSpec",
-    "AnswerSpec",
-    "AskTimeout",
-    "CollaborationContext",
-    "CollaborationEvent",
-    "CollaborationFailed",
-    "CollaborationOp",
-    "EscalationError",
-    "Graph",
-    "InvalidCollaboration",
-    "InvalidGraph",
-    "ModeConfig",
-    "OneForAll",
-    "OneForOne",
-    "Outcome",
-    "RestartKind",
-    "Role",
-    "RoleDefinition",
-    "Runtime",
-    "Terminated",
-    "TraceRecorder",
-    "Turn",
-    "TurnDone",
-    "Usage",
-    "Verdict",
-    "aggregate",
-    "cascade",
-    "collaborate",
-    "collaboration_modes",
-    "debate",
-    "handles",
-    "json_schema_validator",
-    "load_roles",
-    "plot_timeline",
-    "prepare_collaboration",
-    "python_tests_validator",
-    "reflect",
-    "register_mode",
-    "run_validator",
-    "unregister_mode",
-    "vote",
-    "write_trace",
-    "AdapterRef",
-    "EngineBridge",
-    "EngineDied",
-    "EngineStats",
-    "EngineUnavailable",
-    "GenerationResult",
-    "HandleMismatch",
-    "KVHandle",
-    "ModelPreparationError",
-    "RequestRefused",
-    "Sampling",
-    "ScriptedEngine",
-    "UnknownAdapter",
-    "VLLMBridge",
-    "prepare_model",
-    "resolve_model",
-    "DeadLetter",
-    "DeadLetterReason",
-    "DeadLetters",
-    "MailboxFull",
-    "OverflowPolicy",
-]
 
 
 def public_names(module: types.ModuleType) -> set[str]:
@@ -159,19 +85,6 @@ def test_public_names_are_explicit_reexports(package: str) -> None:
     assert reexported <= set(module.__all__), sorted(reexported - set(module.__all__))
 
 
-def test_names_exported_before_still_work() -> None:
-    """Names the top level no longer exports resolve from their subpackage, with a warning."""
-    for name in EXPORTED_BEFORE:
-        if name in microagent.__all__:
-            continue
-        with pytest.warns(DeprecationWarning, match=f"microagent.{name} moved to"):
-            value = getattr(microagent, name)
-        home = microagent._MOVED[name]
-        assert value is getattr(importlib.import_module(home), name)
-    with pytest.raises(AttributeError):
-        _ = microagent.NoSuchName  # type: ignore[attr-defined]
-
-
 def test_the_core_is_small_and_every_name_is_documented() -> None:
     """``microagent`` exports what the README and docs teach, at most 40 names."""
     assert len(microagent.__all__) <= 40
@@ -219,5 +132,20 @@ def test_a_layer_exports_what_it_defines_from_its_own_home() -> None:
                 assert seen[id(value)] == home
     assert microagent.AgentSpec.__module__ == "microagent.collab"
     assert microagent.Runtime.__module__ == "microagent.actors"
-    assert microagent.testing.ScriptedEngine.__module__ == "microagent.engine_bridge"
+    assert microagent.testing.ScriptedEngine.__module__ == "microagent.testing"
     assert repr(microagent.InvalidCollaboration("agents", "x")).startswith("InvalidCollaboration(")
+
+
+def test_the_test_double_is_exported_from_testing_only() -> None:
+    """``ScriptedEngine`` and its helpers are where users' tests find them, and only there
+    (httpx's ``MockTransport``); the top level keeps no shim of names it once exported."""
+    double = ("ScriptedEngine", "StepCost", "ToyTokenizer", "make_random_lora")
+    for package in PUBLIC_PACKAGES:
+        exported = set(importlib.import_module(package).__all__)
+        if package == "microagent.testing":
+            assert set(double) <= exported
+        else:
+            assert not set(double) & exported, package
+    for gone in ("ScriptedEngine", "ActorRef", "write_trace"):
+        with pytest.raises(AttributeError):
+            getattr(microagent, gone)

@@ -19,7 +19,8 @@ from microagent.collab import (
     prepare_collaboration,
 )
 from microagent.collab.graph import NODE_AGENT_FIELDS, Node
-from microagent.engine_bridge import EngineRequest, ScriptedEngine
+from microagent.engine_bridge import EngineRequest
+from microagent.testing import ScriptedEngine
 
 pytestmark = pytest.mark.anyio
 

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from microagent.actors import Runtime
 from microagent.collab import CollaborationFailed, collaborate
 from microagent.collab.modes._graph import PREVIOUS_LABEL, SEPARATOR, input_label
-from microagent.engine_bridge import EngineRequest, ScriptedEngine
+from microagent.engine_bridge import EngineRequest
+from microagent.testing import ScriptedEngine
 from strategies import graph_dags
 
 NODE = re.compile(r"node N(\d+)\.")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from microagent.engine_bridge import ScriptedEngine, open_bridges
+from microagent.engine_bridge import open_bridges
+from microagent.testing import ScriptedEngine
 
 pytestmark = pytest.mark.anyio
 

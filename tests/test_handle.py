@@ -11,9 +11,9 @@ from microagent.engine_bridge import (
     HandleMismatch,
     KVHandle,
     Sampling,
-    ScriptedEngine,
     TokenDelta,
 )
+from microagent.testing import ScriptedEngine
 from strategies import token_lists
 
 # --- KVHandle ------------------------------------------------------------------------------

@@ -26,8 +26,8 @@ from microagent.collab import (
     prepare_collaboration,
     worst_case_tokens,
 )
-from microagent.engine_bridge import ScriptedEngine
 from microagent.server import ServerLimits
+from microagent.testing import ScriptedEngine
 from test_server_helpers import LiveServer, live_server, scripted
 
 USER = [{"role": "user", "content": "Write it."}]

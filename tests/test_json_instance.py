@@ -1,4 +1,4 @@
-"""The ScriptedEngine's JSON documents (engine_bridge/_json_instance.py) satisfy their schemas."""
+"""The ScriptedEngine's JSON documents (engine_bridge/scripted/_json_instance.py) fit their schemas."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from microagent.engine_bridge._json_instance import example_instance
+from microagent.engine_bridge.scripted._json_instance import example_instance
 
 SCHEMAS: list[dict[str, Any]] = [
     {"type": "object", "properties": {"a": {"type": "integer", "minimum": 5}}},

@@ -17,7 +17,7 @@ from microagent.collab import (
     mcp_tools,
 )
 from microagent.collab._tools import run_calls
-from microagent.engine_bridge import ScriptedEngine
+from microagent.testing import ScriptedEngine
 
 pytestmark = pytest.mark.anyio
 SERVER = Path(__file__).parent / "_mcp_server.py"

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 from microagent.collab import AgentRecord, Outcome, Usage
-from microagent.engine_bridge import RetentionStats, ScriptedEngine, TierStats
+from microagent.engine_bridge import RetentionStats, TierStats
 from microagent.server._metrics import TIER_SERIES, EngineScrape, ServerMetrics
+from microagent.testing import ScriptedEngine
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from microagent.engine_bridge import ModelPreparationError
-from microagent.engine_bridge import _models as models
-from microagent.engine_bridge._models import (
+from microagent.engine_bridge.vllm import _models as models
+from microagent.engine_bridge.vllm._models import (
     is_prepared,
     model_home,
     prepare_dir,

@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
-from microagent.engine_bridge import ScriptedEngine
 from microagent.server._schemas import REFUSED_PARAMETERS
+from microagent.testing import ScriptedEngine
 from openai.resources.chat.completions import Completions
 from test_server_helpers import LiveServer, live_server, scripted
 

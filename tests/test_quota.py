@@ -301,7 +301,7 @@ def test_the_bound_holds_on_a_real_run(
     mode: str, agents: list[dict[str, Any]] | None, options: dict[str, Any]
 ) -> None:
     from microagent.collab import collaborate
-    from microagent.engine_bridge import ScriptedEngine
+    from microagent.testing import ScriptedEngine
 
     async def run() -> tuple[int, int, int]:
         async with ScriptedEngine(seed=1) as engine:

@@ -44,7 +44,7 @@ from microagent.actors import (
     SupervisionStrategy,
     handles,
 )
-from microagent.engine_bridge import Sampling, ScriptedEngine
+from microagent.engine_bridge import Sampling
 from microagent.mailbox import (
     DeadLetter,
     DeadLetterReason,
@@ -52,6 +52,7 @@ from microagent.mailbox import (
     OverflowPolicy,
     Undeliverable,
 )
+from microagent.testing import ScriptedEngine
 from strategies import actor_programs, concurrent_sends, take_pause
 
 ROOT_STRATEGY = OneForOne(max_restarts=10_000, within=1.0)

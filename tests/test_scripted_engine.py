@@ -21,10 +21,8 @@ from microagent.engine_bridge import (
     RequestRefused,
     Retain,
     Sampling,
-    ScriptedEngine,
-    StepCost,
-    ToyTokenizer,
 )
+from microagent.testing import ScriptedEngine, StepCost, ToyTokenizer
 from strategies import cache_programs, chat_texts
 
 BACKEND_RUNS = [

@@ -21,16 +21,10 @@ import trio
 import trio.testing
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from microagent.engine_bridge import (
-    GenerationResult,
-    KVHandle,
-    Retain,
-    Sampling,
-    ScriptedEngine,
-    TierStats,
-)
-from microagent.engine_bridge._scripted import _block_hash
+from microagent.engine_bridge import GenerationResult, KVHandle, Retain, Sampling, TierStats
 from microagent.engine_bridge._tier_order import TierSessions
+from microagent.engine_bridge.scripted._engine import _block_hash
+from microagent.testing import ScriptedEngine
 
 BS = 4
 #: every reply of the property test (so the reference knows each block before it exists)

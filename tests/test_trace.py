@@ -16,7 +16,8 @@ from matplotlib.figure import Figure
 from matplotlib.image import imread
 from microagent.collab import AgentSpec, CollaborationEvent, Outcome, collaborate, event
 from microagent.collab.trace import PHASES, TraceRecorder, plot_timeline, write_trace
-from microagent.engine_bridge import EngineRequest, ScriptedEngine
+from microagent.engine_bridge import EngineRequest
+from microagent.testing import ScriptedEngine
 
 CONTEXT = "Is the sky blue on a clear day? " * 20
 

@@ -32,11 +32,11 @@ from prometheus_client import CollectorRegistry
 from .._bridge import EngineBridge, EngineRequest, EngineStep, SchedulerSnapshot
 from .._errors import EngineBridgeError, EngineDied, EngineUnavailable, RequestRefused
 from .._handle import AdapterRef, KVHandle
-from .._models import DEFAULT_MODEL_NAME, model_home, resolve_model
 from .._retention import RetentionStats
 from .._tier_stats import TierStats
 from .._types import Sampling
 from . import _compat as compat
+from ._models import DEFAULT_MODEL_NAME, model_home, resolve_model
 
 if TYPE_CHECKING:
     from .._chat import ChatComposer

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ._errors import ModelPreparationError
+from .._errors import ModelPreparationError
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 """The directory name (and served name) of the embedded default model."""

@@ -72,17 +72,17 @@ from typing import Literal
 import anyio
 import attrs
 
-from ._bridge import EngineBridge, EngineRequest, EngineStep, SchedulerSnapshot
-from ._chat import ChatComposer, ChatTemplate
-from ._errors import EngineDied, EngineUnavailable, RequestRefused
-from ._handle import AdapterRef, KVHandle
+from .._bridge import EngineBridge, EngineRequest, EngineStep, SchedulerSnapshot
+from .._chat import ChatComposer, ChatTemplate
+from .._errors import EngineDied, EngineUnavailable, RequestRefused
+from .._handle import AdapterRef, KVHandle
+from .._retention import RetentionStats, RetentionTable
+from .._tier_order import DEFAULT_COPY_RATE, TierSessions
+from .._tier_stats import TierStats
+from .._tokenizer import IM_END, ToyTokenizer
+from .._types import FinishReason, Sampling, TokenLogprob
 from ._json_instance import example_instance
-from ._retention import RetentionStats, RetentionTable
 from ._step_cost import StepClock, StepCost
-from ._tier_order import DEFAULT_COPY_RATE, TierSessions
-from ._tier_stats import TierStats
-from ._tokenizer import IM_END, ToyTokenizer
-from ._types import FinishReason, Sampling, TokenLogprob
 
 ScriptReply = str | Sequence[int] | None
 _CHAT_ROLES = ("system", "user", "assistant")

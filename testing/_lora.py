@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._errors import ModelPreparationError
+from ..engine_bridge import ModelPreparationError
 
 
 def make_random_lora(
