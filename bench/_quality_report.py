@@ -428,7 +428,7 @@ PAGE_END = "<!-- quality-report:end -->"
 
 def update_quality_page(path: Path, tables_md: str, json_path: str) -> None:
     """Put a report run's tables (``--families report``) into docs/quality.md, from its JSON."""
-    body = f"{tables_md}\nData: `{json_path}` (the plot: BENCHMARKS.md).\n"
+    body = f"{tables_md}\nData: `{json_path}` (the plot: docs/benchmarks/quality.md).\n"
     heading = "Report families against greedy (generated)"
     replace_section(path, PAGE_BEGIN, PAGE_END, heading, body)
 

@@ -132,8 +132,11 @@ def machine_cell(m: dict[str, Any]) -> str:
     """``machine``'s record as a headline cell: CPUs, and whether the machine was busy."""
     if not m:
         return "not recorded"
+    cpus = m.get("cpus", m.get("nproc"))
+    if "loadavg_at_start" not in m:  # an older record: the hardware, no load
+        return f"{cpus} CPUs ({m['cpu']})" if "cpu" in m else f"{cpus} CPUs"
     busy = ", busy (forced)" if m.get("forced") else ""
-    return f"{m.get('cpus')} CPUs, load {m.get('loadavg_at_start', 0):.2f}{busy}"
+    return f"{cpus} CPUs, load {m['loadavg_at_start']:.2f}{busy}"
 
 
 def date_cell(m: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ still records the load average before and after each method.
 Usage: ``.venv/bin/python bench/accuracy.py [--easy 60] [--mc 0] [--reps 1]
 [--methods a,b] [--out accuracy] [--update]``. Writes
 ``bench/results/<out>.json`` and ``<out>_tables.md``; ``--update`` rewrites
-BENCHMARKS.md's generated section (``bench/_accuracy_report.py``).
+its family page and headline row (``bench/_accuracy_report.py``, ``bench/report.py``).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ sys.path.insert(0, str(HERE))
 
 import _accuracy_report as R  # noqa: E402
 from _accuracy_tasks import Item, easy_set, mc_set  # noqa: E402
+from _sections import FamilyReport, Headline, data_line, date_cell, machine_cell, page, publish  # noqa: E402
 
 RESULTS = HERE / "results"
 TEMPERATURE = 0.7
@@ -251,6 +252,40 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def family_report(results: Path = RESULTS) -> FamilyReport:
+    """The accuracy page and headline, from ``accuracy.json`` in ``results``."""
+    data = json.loads((results / "accuracy.json").read_text())
+    summary = R.summarize(data, data["rows"])
+    qset, methods = max(summary.items(), key=lambda kv: kv[1]["greedy"]["n"])
+    base = max(R.BASELINES, key=lambda b: methods[b]["accuracy"])
+    best = max((m for m in methods if m not in R.BASELINES), key=lambda m: methods[m]["accuracy"])
+    points = 100 * (methods[best]["accuracy"] - methods[base]["accuracy"])
+    test = methods[best].get(f"vs_{base}")
+    p = f", McNemar p={test['p']:.2g}" if test else ""
+    return FamilyReport(
+        family="accuracy",
+        title="Accuracy of collaboration strategies",
+        headline=Headline(
+            figure=f"accuracy of the best strategy ({best}), {methods[best]['n']} {qset} items",
+            value=f"{methods[best]['accuracy']:.3f} ({points:+.1f} points{p})",
+            baseline=f"one {base} call: {methods[base]['accuracy']:.3f}",
+            target="none (a comparison)",
+            machine=machine_cell(data["machine"]),
+            date=date_cell(data["machine"]),
+        ),
+        summary=(
+            f"Every strategy on the same closed questions as a single call, paired item by item "
+            f"(exact McNemar tests). On the {qset} set the best, {best}, is {points:+.1f} points "
+            f"from the stronger single call ({base}){p}."
+        ),
+        page=page(
+            "Accuracy of collaboration strategies (`bench/accuracy.py`)",
+            __doc__,
+            [("Results", R.tables(data) + "\n" + data_line("accuracy.json"))],
+        ),
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--easy", type=int, default=60, help="easy closed questions (default 60)")
@@ -260,7 +295,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--methods", default="", help=f"comma-separated subset of {list(METHODS)}")
     ap.add_argument("--out", default="accuracy")
-    ap.add_argument("--update", action="store_true", help="rewrite BENCHMARKS.md's section")
+    ap.add_argument("--update", action="store_true", help="rewrite the family page and row")
     ap.add_argument(
         "--report-only", action="store_true", help="no engine: tables from the existing JSON"
     )
@@ -275,8 +310,8 @@ def main() -> int:
     tables = R.tables(data)
     (RESULTS / f"{args.out}_tables.md").write_text(tables)
     print(tables)
-    if args.update:
-        R.update_benchmarks(HERE.parent / "BENCHMARKS.md", tables, f"bench/results/{args.out}.json")
+    if args.update and args.out == "accuracy":
+        publish(HERE.parent, family_report())
     return 0
 
 

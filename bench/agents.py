@@ -95,7 +95,17 @@ sys.path.insert(0, str(HERE))
 import _agents_programs as P  # noqa: E402
 import _agents_report as R  # noqa: E402
 from _agents_trace import turn_record  # noqa: E402
-from _sections import machine  # noqa: E402
+from _sections import (  # noqa: E402
+    RESULTS_LINK,
+    FamilyReport,
+    Headline,
+    data_line,
+    date_cell,
+    machine,
+    machine_cell,
+    page,
+    publish,
+)
 from _serve import free_port  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -865,7 +875,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="results name (default agents, agents_quick): a run of its own, its own section",
     )
     parser.add_argument("--force", action="store_true", help="run even on a busy machine")
-    parser.add_argument("--update", action="store_true", help="rewrite BENCHMARKS.md's section")
+    parser.add_argument("--update", action="store_true", help="rewrite the family page and row")
     parser.add_argument("--plan", action="store_true", help="print the cells and time; run none")
     parser.add_argument("--report-only", action="store_true", help="tables from the existing JSON")
     args = parser.parse_args(argv)
@@ -1008,11 +1018,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     if load > 0.5 and not args.force and not (args.plan or args.report_only):
         print(f"load average {load:.2f} > 0.5: the machine is not quiet; refusing", file=sys.stderr)
         return 2
-    data = run(args)
+    run(args)
     if args.update and not args.plan:
-        png = f"bench/results/{args.stem}.png"
-        R.update_benchmarks(HERE.parent / "BENCHMARKS.md", R.tables(data), png, args.stem)
+        publish(HERE.parent, family_report(args.out))
     return 0
+
+
+#: The runs the family page shows, in this order (those present in the results folder).
+RUNS = (
+    ("agents", "Agent programs at 1.6x, 3x and 0.75x cache pressure"),
+    ("agents_tier", "With a host KV tier (`--stem agents_tier`)"),
+    ("agents_quick", "The `--quick` run"),
+    ("agents_full_scale_partial", "A partial run at full scale"),
+)
+#: The headline: programs/min at equal p95 against the stronger of vLLM's two servers.
+HEADLINE_TARGET = "microagent: >= 2x programs/min at equal p95 vs vllm-priority"
+
+
+def family_report(results: Path = RESULTS) -> FamilyReport:
+    """The agents page (every run and the simulation) and its headline, from the JSON."""
+    import agents_sim
+
+    parts = []
+    for stem, heading in RUNS:
+        if not (results / f"{stem}.json").exists():
+            continue
+        run = json.loads((results / f"{stem}.json").read_text())
+        plot = f"![latency against throughput]({RESULTS_LINK}/{stem}.png)\n"
+        parts.append((heading, R.tables(run) + "\n" + plot + "\n" + data_line(f"{stem}.json")))
+    sim = results / "agents_sim.json"
+    if sim.exists():
+        body = agents_sim.tables(json.loads(sim.read_text())) + "\n" + data_line(sim.name)
+        parts.append(("Past this machine, by simulation (`bench/agents_sim.py`)", body))
+    data = json.loads((results / "agents.json").read_text())
+    target = next(t for t in data["targets"] if t["target"] == HEADLINE_TARGET)
+    met = sum(bool(t["met"]) for t in data["targets"])
+    return FamilyReport(
+        family="agents",
+        title="Agent programs under KV-cache pressure",
+        headline=Headline(
+            figure="programs/min at vLLM's p95, 1.6x cache pressure (worst shape)",
+            value=f"{target['measured']:.2f}×",
+            baseline="openai-SDK loops on vLLM's server, priority scheduling",
+            target=">= 2×: " + ("met" if target["met"] else "not met"),
+            machine=machine_cell(data["machine"]),
+            date=date_cell(data["machine"]),
+        ),
+        summary=(
+            "Multi-turn tool-using agent programs (BFCL- and SWE-shaped), open-loop arrivals "
+            "on a cache smaller than their working set, paired across microagent (in process, "
+            f"over HTTP, with a host tier) and vLLM's server: {target['text']}; {met}/"
+            f"{len(data['targets'])} targets met. The page also holds the simulator's "
+            "calibration and its projection to a GPU (`bench/agents_sim.py`)."
+        ),
+        page=page("Agent programs under KV-cache pressure (`bench/agents.py`)", __doc__, parts),
+    )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ vote. Then, on the same items, the ``--live`` rules run for real with
 that the live saving follows the offline estimate.
 
 Writes ``bench/results/early_stop[_quick].json`` and ``..._tables.md``;
-``--update`` rewrites the early-stop section of BENCHMARKS.md. Refuses to
+``--update`` rewrites its family page and headline row (``bench/report.py``). Refuses to
 start when the 1-minute load average is above 0.5 (``--force`` to override;
 then the table says so).
 
@@ -39,7 +39,16 @@ sys.path.insert(0, str(HERE))
 
 import _early_stop_report as R  # noqa: E402
 from _collab_tasks import Task, task_set, workload_context  # noqa: E402
-from _sections import machine  # noqa: E402
+from _sections import (  # noqa: E402
+    FamilyReport,
+    Headline,
+    data_line,
+    date_cell,
+    machine,
+    machine_cell,
+    page,
+    publish,
+)
 
 RESULTS = HERE / "results"
 VOTE: dict[str, Any] = {
@@ -273,6 +282,44 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def family_report(results: Path = RESULTS) -> FamilyReport:
+    """The early-stop page and headline, from ``early_stop.json`` in ``results``."""
+    data = json.loads((results / "early_stop.json").read_text())
+    summary = R.summarize(data)
+    target = summary["target"]
+    adaptive = [r for r in summary["rules"] if not r["exact"]]
+    best_adaptive = max(adaptive, key=lambda r: r["saved_pct"]) if adaptive else None
+    line = (
+        f"Paired on {summary['full']['items']} vote-9 items (the same samples): the exact rule "
+        f"({target['best_rule']}) saves {target['saved_pct']:.1f} % of the completion tokens "
+        f"with {target['agreement_pct']:.0f} % of the answers equal to the full vote"
+    )
+    if best_adaptive is not None:
+        line += (
+            f"; the adaptive rule ({best_adaptive['label']}) saves "
+            f"{best_adaptive['saved_pct']:.1f} % with {best_adaptive['agree']}/"
+            f"{best_adaptive['items']} answers equal (no guarantee)"
+        )
+    return FamilyReport(
+        family="early_stop",
+        title="Paired early stop",
+        headline=Headline(
+            figure="completion tokens saved by exact early stop, vote-9 reason-then-answer",
+            value=f"{target['saved_pct']:.1f} % ({target['agreement_pct']:.0f} % answers equal)",
+            baseline="the full vote on the same samples",
+            target=f">= {100 * R.TARGET_SAVED:.0f} %: {'met' if target['met'] else 'not met'}",
+            machine=machine_cell(data["machine"]),
+            date=date_cell(data["machine"]),
+        ),
+        summary=line + ".",
+        page=page(
+            "Paired early stop (`bench/early_stop.py`)",
+            __doc__,
+            [("Results", R.tables(data, summary) + "\n" + data_line("early_stop.json"))],
+        ),
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="20 items")
@@ -286,7 +333,7 @@ def main() -> int:
         "--quick: the first two; none given: offline only)",
     )
     parser.add_argument("--force", action="store_true", help="run even on a busy machine")
-    parser.add_argument("--update", action="store_true", help="rewrite BENCHMARKS.md's section")
+    parser.add_argument("--update", action="store_true", help="rewrite the family page and row")
     args = parser.parse_args()
     args.items = args.items or (20 if args.quick else 60)
     if args.live is None:
@@ -304,8 +351,8 @@ def main() -> int:
     tables = R.tables(data)
     (RESULTS / f"{stem}_tables.md").write_text(tables)
     print(tables)
-    if args.update:
-        R.update_benchmarks(HERE.parent / "BENCHMARKS.md", tables, f"bench/results/{stem}.json")
+    if args.update and not args.quick:
+        publish(HERE.parent, family_report())
     return 0
 
 

@@ -27,8 +27,8 @@ computed and tokens recomputed after eviction (both scored from the recorded
 token ids and cached counts by one function, ``_load_accounting``, for every
 system), preemptions, retained-hit tokens. Writes
 ``bench/results/load[_quick].json``, a Markdown table with the targets of
-issue 12 and a latency-vs-throughput PNG; ``--update`` rewrites the load
-section of BENCHMARKS.md.
+issue 12 and a latency-vs-throughput PNG; ``--update`` rewrites its family
+page and headline row (``bench/report.py``).
 
 Refuses to start when the 1-minute load average is above 0.5 (``--force``
 to override; then the table says so).
@@ -58,7 +58,17 @@ sys.path.insert(0, str(HERE))
 import _collab_client as C  # noqa: E402
 import _load_report as R  # noqa: E402
 from _load_accounting import RequestRecord, prefill  # noqa: E402
-from _sections import machine  # noqa: E402
+from _sections import (  # noqa: E402
+    RESULTS_LINK,
+    FamilyReport,
+    Headline,
+    data_line,
+    date_cell,
+    machine,
+    machine_cell,
+    page,
+    publish,
+)
 
 RESULTS = HERE / "results"
 WORDS = [
@@ -545,6 +555,41 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def family_report(results: Path = RESULTS) -> FamilyReport:
+    """The load page and headline, from ``load.json`` (and ``load_quick.json``) in ``results``."""
+    data = json.loads((results / "load.json").read_text())
+    found = R.targets(R.medians(data))
+    parts = []
+    for stem, heading in (("load", "Results"), ("load_quick", "The `--quick` run")):
+        if (results / f"{stem}.json").exists():
+            run = data if stem == "load" else json.loads((results / f"{stem}.json").read_text())
+            plot = f"![latency against throughput]({RESULTS_LINK}/{stem}.png)\n"
+            parts.append((heading, R.tables(run) + "\n" + plot + "\n" + data_line(f"{stem}.json")))
+    if (results / "load_diagnosis.md").exists():
+        parts.append(("Diagnosis", f"[`load_diagnosis.md`]({RESULTS_LINK}/load_diagnosis.md)"))
+    throughput = found[0] if found else None
+    return FamilyReport(
+        family="load",
+        title="Collaborations under load",
+        headline=Headline(
+            figure="collaborations/min at the client's p95, past the client's knee",
+            value="–" if throughput is None else throughput["text"],
+            baseline="openai-SDK client code on vLLM's server (prefix caching)",
+            target=">= 2x: " + ("met" if throughput and throughput["met"] else "not met"),
+            machine=machine_cell(data["machine"]),
+            date=date_cell(data["machine"]),
+        ),
+        summary=(
+            "Poisson arrivals of votes, debates and aggregations on a KV cache smaller than "
+            "the live working set, paired across microagent (in process and over HTTP), "
+            "client code on vLLM's server and LangGraph: "
+            + "; ".join(f"{t['target']}: {t['text']}" for t in found)
+            + "."
+        ),
+        page=page("Collaborations under load (`bench/load.py`)", __doc__, parts),
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 rates, 9 collaborations, 1 rep")
@@ -561,7 +606,7 @@ def main() -> int:
     )
     parser.add_argument("--port", type=int, default=8471, help="the client's vLLM server")
     parser.add_argument("--force", action="store_true", help="run even on a busy machine")
-    parser.add_argument("--update", action="store_true", help="rewrite BENCHMARKS.md's section")
+    parser.add_argument("--update", action="store_true", help="rewrite the family page and row")
     parser.add_argument(
         "--append",
         action="store_true",
@@ -595,8 +640,8 @@ def main() -> int:
     (RESULTS / f"{stem}_tables.md").write_text(tables)
     R.plot(data, RESULTS / f"{stem}.png")
     print(tables)
-    if args.update:
-        R.update_benchmarks(HERE.parent / "BENCHMARKS.md", tables, f"bench/results/{stem}.png")
+    if args.update and stem == "load":
+        publish(HERE.parent, family_report())
     return 0
 
 

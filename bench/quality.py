@@ -67,8 +67,8 @@ Usage: ``.venv/bin/python bench/quality.py [--quick] [--items 200]
 ``bench/results/<out>.json``, ``<out>_tables.md`` and ``<out>.png`` (``<out>`` by
 default: ``quality``, or ``quality_free`` when every family is free, so a free run
 never replaces the closed one; ``_quick`` added by ``--quick``); ``--update``
-rewrites BENCHMARKS.md's generated section for ``<out>``. Refuses to start when
-the 1-minute load average is 1 or more (``--force``; the JSON says so).
+rewrites the quality family page (every ``quality*`` run) and its headline row.
+Refuses to start when the 1-minute load average is 1 or more (``--force``; the JSON says so).
 """
 
 from __future__ import annotations
@@ -93,7 +93,17 @@ import _quality_tasks as T  # noqa: E402
 from _accuracy_tasks import Item  # noqa: E402
 from _quality_http import ServedModel  # noqa: E402
 from _quality_tasks import FAMILIES, FREE, PROBED, quality_set  # noqa: E402
-from _sections import machine  # noqa: E402
+from _sections import (  # noqa: E402
+    RESULTS_LINK,
+    FamilyReport,
+    Headline,
+    data_line,
+    date_cell,
+    machine,
+    machine_cell,
+    page,
+    publish,
+)
 from accuracy import outcome_row  # noqa: E402
 from microagent.evaluation import (  # noqa: E402
     BUILTIN,
@@ -485,6 +495,46 @@ async def main_async(args: argparse.Namespace, chosen: list[str] | None) -> dict
     }
 
 
+#: The runs the family page shows first, in this order; the other ``quality*`` runs follow.
+FIRST = ("quality_report", "quality_selection_calc", "quality", "quality_free")
+
+
+def family_report(results: Path = RESULTS) -> FamilyReport:
+    """The quality page (every run in ``results``) and its headline, from the report run."""
+    runs = sorted(
+        (p.stem for p in results.glob("quality*.json") if "rows" in json.loads(p.read_text())),
+        key=lambda stem: (FIRST.index(stem) if stem in FIRST else len(FIRST), stem),
+    )
+    parts = []
+    for stem in runs:
+        run = json.loads((results / f"{stem}.json").read_text())
+        plot = f"![accuracy against tokens]({RESULTS_LINK}/{stem}.png)\n"
+        body = R.tables(run) + "\n" + plot + "\n" + data_line(f"{stem}.json")
+        parts.append((f"`--out {stem}`", body))
+    data = json.loads((results / "quality_report.json").read_text())
+    beat, worse, refused = data["targets"]
+    return FamilyReport(
+        family="quality",
+        title="Quality of collaboration strategies per task family",
+        headline=Headline(
+            figure="`best` (the published configuration): families it beats greedy on",
+            value=str(beat["measured"]),
+            baseline="one greedy call (temperature 0)",
+            target=">= 2 families by >= 8 points, p < 0.05: "
+            + ("met" if beat["met"] else "not met"),
+            machine=machine_cell(data["machine"]),
+            date=date_cell(data["machine"]),
+        ),
+        summary=(
+            f"Every strategy against one greedy call on task families held out from the "
+            f"selection, paired item by item. `best` beats greedy on {beat['measured']}; "
+            f"worse on: {worse['measured']}; refused: {refused['measured']}. The page also "
+            f"holds the selection runs ({len(runs)} runs in all)."
+        ),
+        page=page("Quality of collaboration strategies (`bench/quality.py`)", __doc__, parts),
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help=f"{QUICK_ITEMS} items per family")
@@ -499,7 +549,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=14)
     ap.add_argument("--methods", default="", help=f"comma-separated subset of {list(ALL_METHODS)}")
     ap.add_argument("--out", default="")
-    ap.add_argument("--update", action="store_true", help="rewrite BENCHMARKS.md's section")
+    ap.add_argument("--update", action="store_true", help="rewrite the family page and row")
     ap.add_argument("--force", action="store_true", help="run even on a busy machine")
     ap.add_argument("--report-only", action="store_true", help="tables from the existing JSON")
     ap.add_argument(
@@ -540,7 +590,7 @@ def main() -> int:
     R.plot(data, RESULTS / f"{out}.png")
     print(tables)
     if args.update:
-        R.update_benchmarks(HERE.parent / "BENCHMARKS.md", tables, f"bench/results/{out}.json", out)
+        publish(HERE.parent, family_report())
         if data["settings"].get("report_families"):  # the page publishes report runs only
             R.update_quality_page(
                 HERE.parent / "docs" / "quality.md", tables, f"bench/results/{out}.json"

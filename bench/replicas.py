@@ -67,7 +67,7 @@ MAX_TOKENS = 12
 #: of ~1.3 k tokens (5.2 k): one replica holds 0.8x of it, the two together 1.6x. A router
 #: that keeps each session on one replica needs half the working set per replica; one that
 #: spreads every session's turns over both needs all of it on each, and evicts.
-#: (A first run at 24 blocks is reported beside it in BENCHMARKS.md, not hidden.)
+#: (A first run at 24 blocks is reported beside it on the family page, not hidden.)
 ENGINE_ARGS = {"vllm": ("--max-num-seqs", "8", "--max-model-len", "2048",
                         "--engine-arg", "num_gpu_blocks_override=32"),
                "scripted": ("--engine-arg", "num_blocks=120", "--engine-arg",

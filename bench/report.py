@@ -19,19 +19,32 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import accuracy  # noqa: E402
+import agents  # noqa: E402
+import early_stop  # noqa: E402
 import embedding_loop  # noqa: E402
 import engine_rss  # noqa: E402
 import faults  # noqa: E402
 import hostile  # noqa: E402
+import load  # noqa: E402
 import lora_role  # noqa: E402
+import quality  # noqa: E402
 import replicas  # noqa: E402
 import soak  # noqa: E402
 import tier_cells  # noqa: E402
 import tools  # noqa: E402
 from _sections import FamilyReport, index, write_page  # noqa: E402
 
+import collab  # noqa: E402
+
 #: Every family, in BENCHMARKS.md's order: its name and what renders it from a results folder.
 FAMILIES: dict[str, Callable[[Path], FamilyReport]] = {
+    "collab": collab.family_report,
+    "load": load.family_report,
+    "agents": agents.family_report,
+    "early_stop": early_stop.family_report,
+    "accuracy": accuracy.family_report,
+    "quality": quality.family_report,
     "tools": tools.family_report,
     "faults": faults.family_report,
     "soak": soak.family_report,

@@ -450,7 +450,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     parser.add_argument("--force", action="store_true", help="run even on a busy machine")
-    parser.add_argument("--update", action="store_true", help="rewrite BENCHMARKS.md's section")
+    parser.add_argument("--update", action="store_true", help="rewrite the family page and row")
     args = parser.parse_args(argv)
     args.requests = args.requests or (150 if args.quick else 2000)
     args.warmup = args.warmup if args.warmup is not None else (100 if args.quick else 200)
