@@ -38,10 +38,15 @@ released) waits behind the same fence in vLLM's deferred-free queue. Under
 async scheduling vLLM would otherwise run our ``Scheduler`` subclass without
 overlap (it only overlaps an ``AsyncScheduler``): ``RetainingScheduler``
 becomes ``AsyncRetainingScheduler`` when the config asks for async scheduling.
+
+On the CPU backend the same ``allocate_slots`` hook also keeps seeded prefills in
+one piece (``_seeded_prefill``: vLLM's CPU generator cannot rewind a discarded
+token, and a split seeded prefill kills the engine).
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import time
@@ -58,11 +63,14 @@ from vllm.v1.request import Request, RequestStatus
 
 from .._retention import Retain, RetentionTable
 from .._tier_order import DEFAULT_COPY_RATE
+from ._seeded_prefill import SETTING as WHOLE_SEEDED_PREFILLS
+from ._seeded_prefill import WholeSeededPrefills
 from ._tier_policy import SessionPolicy
 
 #: ``SamplingParams.extra_args`` key of a request's ``Retain`` mark.
 EXTRA_ARGS_KEY = "microagent_retain"
-#: ``additional_config`` key of the settings: ``{"budget": fraction, "ttl": seconds | None}``.
+#: ``additional_config`` key of the settings: ``{"budget": fraction, "ttl": seconds | None,
+#: "whole_seeded_prefills": bool}`` (the last: ``_seeded_prefill``, on the CPU backend).
 CONFIG_KEY = "microagent_retention"
 #: Names of the utility methods the bridge calls on the EngineCore.
 RELEASE_UTILITY = "microagent_release"
@@ -116,23 +124,45 @@ class RetainingScheduler(Scheduler):
             ended=self.tier_policy.order.ended if self.tier_policy is not None else None,
         )
 
+        #: seeded prefills in one piece (None: the platform's generators rewind)
+        self.whole_seeded = (
+            WholeSeededPrefills(self.max_num_scheduled_tokens)
+            if settings.get(WHOLE_SEEDED_PREFILLS)
+            else None
+        )
+
         # a running request's next blocks come before any retention: vLLM would
         # otherwise preempt (and later recompute) an admitted request while idle
         # retained blocks sit in the pool
         manager = self.kv_cache_manager
         allocate = manager.allocate_slots
+        seeded = self.whole_seeded
+        slots = inspect.signature(allocate)
 
-        def allocate_for_running_first(request: Request, *args: Any, **kwargs: Any) -> Any:
-            blocks = allocate(request, *args, **kwargs)
+        def allocate_for_running_first(
+            request: Request, num_new_tokens: int, *args: Any, **kwargs: Any
+        ) -> Any:
+            # a seeded prefill that would be split gets "no room": vLLM stops admitting
+            if seeded is not None:
+                named = slots.bind(request, num_new_tokens, *args, **kwargs).arguments
+                if seeded.holds_back(request, num_new_tokens, named):
+                    return None
+            blocks = allocate(request, num_new_tokens, *args, **kwargs)
             while (
                 blocks is None
                 and request.status == RequestStatus.RUNNING
                 and self.retention.release_victim(time.monotonic())
             ):
-                blocks = allocate(request, *args, **kwargs)
+                blocks = allocate(request, num_new_tokens, *args, **kwargs)
             return blocks
 
         manager.allocate_slots = allocate_for_running_first  # type: ignore[method-assign]
+
+    def update_from_output(self, *args: Any, **kwargs: Any) -> Any:
+        outputs = super().update_from_output(*args, **kwargs)
+        if self.whole_seeded is not None:  # seeded prefills that can never fit a step end
+            self.whole_seeded.fail_unfit(self, outputs)
+        return outputs
 
     def _give_back(self, block_ids: Sequence[int]) -> None:
         pool = self.kv_cache_manager.block_pool
