@@ -46,6 +46,7 @@ from ._retry import EngineLost, death_counts, died_since, engine_cause, retry_af
 from ._sessions import SessionPlan
 from ._state import ServerState
 from ._tools import history_calls
+from ._tracing import genai_request
 
 if TYPE_CHECKING:  # the plans import this module (engine_error)
     from ._plan import CollaborationPlan
@@ -171,6 +172,8 @@ async def run_collaboration(
             bridge.model,
             parent=_trace_parent(plan.trace_headers),
             forward=on_event,
+            request=genai_request(plan),
+            metrics=state.tracing.metrics,
         )
         on_event = exporter
     try:

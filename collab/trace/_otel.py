@@ -5,17 +5,26 @@ the collaboration's events and, at ``finish``, turns them into one trace:
 
 * the collaboration: ``invoke_agent microagent.<mode>`` (the root, or a child of
   the caller's span when a W3C ``traceparent`` came with the request), with the
-  usage of every request, the cached and computed prompt tokens, the tokens an
-  early stop saved, and ``early_stop``/``pruned`` span events;
+  client's request (``GenAIRequest``: ``gen_ai.request.*``, ``gen_ai.conversation.id``,
+  ``gen_ai.response.id``), the usage of every request, the cached and computed
+  prompt tokens, the tokens an early stop saved, and ``early_stop``/``pruned`` events;
 * each agent: ``invoke_agent <agent>``, from its first request to its last;
-* each engine request: ``chat <model>`` with ``gen_ai.usage.input_tokens`` and
-  ``output_tokens``, ``microagent.cached_tokens`` and ``microagent.computed_tokens``;
+* each engine request: ``chat <model>`` with its sampling (``gen_ai.request.*``),
+  ``gen_ai.usage.input_tokens``, ``output_tokens`` and ``cache_read.input_tokens``,
+  and ``microagent.computed_tokens`` (the prompt tokens not read from cache);
 * each tool call: ``execute_tool <tool>``.
+
+Names follow the OpenTelemetry GenAI semantic conventions; ``microagent.*`` holds
+what they have no name for. With ``GenAIMetrics``, ``finish`` also records the
+conventions' histograms: ``gen_ai.client.token.usage`` (each engine request's input
+and output tokens), ``gen_ai.server.time_to_first_token`` and
+``gen_ai.server.request.duration`` (each engine request, and the collaboration as
+``invoke_agent``).
 
 Spans are built after the collaboration ends, with the times its events carry
 (seconds since it started, placed on the wall clock at the exporter's creation),
 so tracing adds no work to the agents' path. ``opentelemetry`` is imported only
-by ``otlp_tracing`` and ``finish``: a server without ``--otlp-endpoint`` never loads it.
+by ``otlp_tracing`` and ``finish``: a server without an OTLP endpoint never loads it.
 """
 
 from __future__ import annotations
@@ -29,10 +38,92 @@ import attrs
 from .._outcome import CollaborationEvent, Outcome
 
 if TYPE_CHECKING:
+    from opentelemetry.metrics import Histogram, Meter
     from opentelemetry.trace import Span, Tracer
 
 #: The GenAI provider name of an in-process engine (``gen_ai.provider.name``).
 PROVIDER = "vllm"
+
+#: The GenAI conventions' advised buckets: tokens, seconds of a request, seconds to a token
+_TOKEN_BUCKETS = tuple(4.0**i for i in range(14))  # 1, 4, 16 … 67 108 864
+_DURATION_BUCKETS = tuple(0.01 * 2.0**i for i in range(14))  # 0.01 … 81.92
+_TTFT_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25)
+_TTFT_BUCKETS += (0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+
+
+@attrs.frozen
+class GenAIRequest:
+    """What the client asked for: the collaboration span's request attributes.
+
+    Attributes:
+        temperature: ``gen_ai.request.temperature`` (None: not given).
+        top_p: ``gen_ai.request.top_p``.
+        max_tokens: ``gen_ai.request.max_tokens``.
+        seed: ``gen_ai.request.seed``.
+        conversation_id: ``gen_ai.conversation.id``, on every span of the trace: the
+            session (``prompt_cache_key``, or a ``previous_response_id`` chain's).
+        response_id: ``gen_ai.response.id`` of the collaboration (the API's response id).
+    """
+
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    conversation_id: str | None = None
+    response_id: str | None = None
+
+    def attributes(self) -> dict[str, str | int | float]:
+        """The attributes of the values given (absent ones are left out, not zero)."""
+        named = {
+            "gen_ai.request.temperature": self.temperature,
+            "gen_ai.request.top_p": self.top_p,
+            "gen_ai.request.max_tokens": self.max_tokens,
+            "gen_ai.request.seed": self.seed,
+            "gen_ai.conversation.id": self.conversation_id,
+            "gen_ai.response.id": self.response_id,
+        }
+        return {k: v for k, v in named.items() if v is not None}
+
+
+@attrs.frozen
+class GenAIMetrics:
+    """The GenAI semantic conventions' histograms that ``OtelExporter.finish`` records.
+
+    Attributes:
+        token_usage: ``gen_ai.client.token.usage`` ({token}; ``gen_ai.token.type`` input
+            or output), one record each per engine request.
+        time_to_first_token: ``gen_ai.server.time_to_first_token`` (s), per engine request.
+        request_duration: ``gen_ai.server.request.duration`` (s), per engine request
+            (``chat``) and per collaboration (``invoke_agent``).
+    """
+
+    token_usage: Histogram
+    time_to_first_token: Histogram
+    request_duration: Histogram
+
+    @classmethod
+    def of(cls, meter: Meter) -> GenAIMetrics:
+        """The three histograms made with ``meter``, with the conventions' buckets."""
+        return cls(
+            meter.create_histogram(
+                "gen_ai.client.token.usage",
+                unit="{token}",
+                description="Number of input and output tokens used",
+                explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
+            ),
+            meter.create_histogram(
+                "gen_ai.server.time_to_first_token",
+                unit="s",
+                description="Time to generate first token for successful responses",
+                explicit_bucket_boundaries_advisory=_TTFT_BUCKETS,
+            ),
+            meter.create_histogram(
+                "gen_ai.server.request.duration",
+                unit="s",
+                description="Generative AI server request duration",
+                explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+            ),
+        )
 
 
 @attrs.define(eq=False)
@@ -55,6 +146,8 @@ class OtelExporter:
         model: the default model's name (``gen_ai.request.model``).
         parent: the caller's context (``opentelemetry.propagate.extract`` of its headers).
         forward: another event callback, called after recording.
+        request: the client's request parameters, conversation and response id.
+        metrics: the GenAI histograms to record into (None: spans only).
     """
 
     tracer: Tracer
@@ -62,6 +155,8 @@ class OtelExporter:
     model: str
     parent: object | None = None
     forward: Callable[[CollaborationEvent], Awaitable[None] | None] | None = None
+    request: GenAIRequest = attrs.field(factory=GenAIRequest)
+    metrics: GenAIMetrics | None = None
     events: list[CollaborationEvent] = attrs.field(factory=list)
     _wall0: int = attrs.field(factory=time.time_ns)
 
@@ -89,8 +184,10 @@ class OtelExporter:
                 "gen_ai.agent.name": f"microagent.{self.mode}",
                 "gen_ai.request.model": self.model,
                 "microagent.collaboration.mode": self.mode,
+                **self.request.attributes(),
             },
         )
+        conversation = self._conversation()
         requests, tools, marks = self._pair()
         agents: dict[str, list[_Request]] = {}
         for request in requests:
@@ -105,6 +202,7 @@ class OtelExporter:
                     "gen_ai.operation.name": "invoke_agent",
                     "gen_ai.provider.name": PROVIDER,
                     "gen_ai.agent.name": agent,
+                    **conversation,
                 },
             )
             agent_ctx = trace.set_span_in_context(span)
@@ -120,6 +218,7 @@ class OtelExporter:
                         "gen_ai.operation.name": "execute_tool",
                         "gen_ai.tool.name": name,
                         "gen_ai.tool.call.id": call_id,
+                        **conversation,
                     },
                 )
                 if not ok:
@@ -155,6 +254,21 @@ class OtelExporter:
             root.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
             root.record_exception(error)
         root.end(end_time=self._ns(end))
+        if self.metrics is not None:
+            self.metrics.request_duration.record(
+                end, {**self._metric_attributes("invoke_agent"), **_error_type(error)}
+            )
+
+    def _conversation(self) -> dict[str, str]:
+        conversation = self.request.conversation_id
+        return {} if conversation is None else {"gen_ai.conversation.id": conversation}
+
+    def _metric_attributes(self, operation: str) -> dict[str, str]:
+        return {
+            "gen_ai.operation.name": operation,
+            "gen_ai.provider.name": PROVIDER,
+            "gen_ai.request.model": self.model,
+        }
 
     def _chat_span(
         self, request: _Request, parent: object, totals: dict[str, int], end: float
@@ -176,7 +290,11 @@ class OtelExporter:
             "gen_ai.response.finish_reasons": [finish],
             "microagent.turn.label": request.label,
             **_usage({"input": prompt, "output": completion, "cached": cached}),
+            **self._conversation(),
         }
+        for name in ("temperature", "top_p", "max_tokens", "seed"):  # what it sampled with
+            if isinstance(data.get(name), int | float) and not isinstance(data[name], bool):
+                attributes[f"gen_ai.request.{name}"] = data[name]
         if request.round is not None:
             attributes["microagent.turn.round"] = request.round
         if data.get("request_id"):
@@ -191,7 +309,25 @@ class OtelExporter:
             span.add_event("first_token", timestamp=self._ns(float(data["first_token"])))
         if finish == "error":
             span.set_status(Status(StatusCode.ERROR, str(data.get("error", "error"))))
-        span.end(end_time=self._ns(request.end if request.end is not None else end))
+        stop = request.end if request.end is not None else end
+        span.end(end_time=self._ns(stop))
+        if self.metrics is not None:
+            self._record(request, prompt, completion, stop, failed=finish == "error")
+
+    def _record(
+        self, request: _Request, prompt: int, completion: int, stop: float, *, failed: bool
+    ) -> None:
+        """One engine request's GenAI metrics (``finish``, after its span)."""
+        assert self.metrics is not None
+        chat = self._metric_attributes("chat")
+        if failed:
+            chat["error.type"] = "engine_error"
+        for kind, count in (("input", prompt), ("output", completion)):
+            self.metrics.token_usage.record(count, {**chat, "gen_ai.token.type": kind})
+        self.metrics.request_duration.record(max(stop - request.start, 0.0), chat)
+        first = request.data.get("first_token")
+        if first is not None and not failed:
+            self.metrics.time_to_first_token.record(max(float(first) - request.start, 0.0), chat)
 
     def _pair(
         self,
@@ -244,11 +380,15 @@ class OtelExporter:
 
 def _usage(totals: Mapping[str, int]) -> dict[str, int]:
     return {
-        "gen_ai.usage.input_tokens": totals["input"],
+        "gen_ai.usage.input_tokens": totals["input"],  # cached ones included, as specified
         "gen_ai.usage.output_tokens": totals["output"],
-        "microagent.cached_tokens": totals["cached"],
+        "gen_ai.usage.cache_read.input_tokens": totals["cached"],
         "microagent.computed_tokens": totals["input"] - totals["cached"],
     }
+
+
+def _error_type(error: BaseException | None) -> dict[str, str]:
+    return {} if error is None else {"error.type": type(error).__name__}
 
 
 def _flat(data: Mapping[str, Any]) -> dict[str, str | int | float | bool]:
@@ -260,35 +400,3 @@ def _flat(data: Mapping[str, Any]) -> dict[str, str | int | float | bool]:
         elif value is not None:
             out[key] = str(value)
     return out
-
-
-@attrs.frozen
-class OtlpTracing:
-    """Spans to an OTLP/HTTP collector: the ``tracer`` to make them, and their provider's
-    batches to ``flush`` (or ``shutdown``: flush and stop) before the process exits."""
-
-    tracer: Tracer
-    provider: Any
-
-    def flush(self, timeout_ms: int = 10_000) -> bool:
-        """Send every finished span now; False when the collector did not take them in time."""
-        return bool(self.provider.force_flush(timeout_ms))
-
-    def shutdown(self) -> None:
-        self.provider.shutdown()
-
-
-def otlp_tracing(endpoint: str, *, service: str = "microagent") -> OtlpTracing:
-    """Tracing to the OTLP/HTTP collector at ``endpoint`` (``/v1/traces`` appended when
-    missing), in batches, through the official SDK exporter."""
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    url = endpoint.rstrip("/")
-    if not url.endswith("/v1/traces"):
-        url += "/v1/traces"
-    provider = TracerProvider(resource=Resource.create({"service.name": service}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
-    return OtlpTracing(provider.get_tracer("microagent"), provider)
