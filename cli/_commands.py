@@ -23,14 +23,8 @@ from typing import Any, TextIO
 
 import anyio
 
-from ..collab import (
-    AgentSpec,
-    CollaborationFailed,
-    InvalidCollaboration,
-    TraceRecorder,
-    collaborate,
-    plot_timeline,
-)
+from ..collab import AgentSpec, CollaborationFailed, InvalidCollaboration, collaborate
+from ..collab.trace import TraceRecorder, plot_timeline
 from ..console import (
     EngineLog,
     EngineStartFailed,

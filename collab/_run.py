@@ -25,7 +25,7 @@ from ..engine_bridge import (
     find_cause,
     with_tool_instructions,
 )
-from ._budget import TokenBudgetExceeded
+from ._budget import TokenBudgetExceeded, largest_turn, worst_case_tokens
 from ._config import ModeConfig, build_config
 from ._context import CollaborationContext, EventCallback, bridge_for_spec
 from ._errors import CollaborationFailed, InvalidCollaboration
@@ -61,6 +61,18 @@ class PreparedCollaboration:
     op: AnyOp
     config: ModeConfig
     agents: tuple[AgentSpec, ...]
+
+    def largest_turn(self) -> int:
+        """The most completion tokens one turn of this collaboration may ask for."""
+        return largest_turn(self)
+
+    def worst_case_tokens(self, *, tool_steps: int = 0) -> int | None:
+        """Completion tokens it spends at most; ``None`` when its mode has no bound.
+
+        ``tool_steps``: the agents' ``max_tool_steps`` when they have tools (each step
+        of the loop is a generation of its own), else 0.
+        """
+        return worst_case_tokens(self, tool_steps=tool_steps)
 
 
 def _mode(mode: ModeInput, registry: ModeRegistry) -> AnyOp:

@@ -43,6 +43,15 @@ _ARRIVAL_RANKS = 2**41
 _MAX_LEVEL = 2**12
 
 
+def arrival_priority() -> int:
+    """A request priority in this process's start order, for a program that is no collaboration.
+
+    A plain request (or a session's first turn) takes the next arrival's place one
+    collaboration span apart, so later collaborations and programs queue behind it.
+    """
+    return arrival_number() * LEVEL_SPAN
+
+
 def critical_offset(priority: int) -> int:
     """The critical-path offset inside a request priority made by ``ServicePolicy.priority``."""
     return (priority + LEVEL_SPAN // 2) % LEVEL_SPAN - LEVEL_SPAN // 2
@@ -75,6 +84,12 @@ class ServicePolicy:
     aging_seconds: float = attrs.field(default=10.0, validator=_positive)
     arrival_order: bool = True
     enabled: bool = True
+
+    @staticmethod
+    def critical_offset(priority: int) -> int:
+        """The critical-path offset inside a request ``priority`` that ``priority()`` made
+        (0 normal, negative on the critical path: a later debate round, an aggregator)."""
+        return critical_offset(priority)
 
     def level(self, attained_tokens: int, age_seconds: float) -> int:
         """The collaboration's level: lower is served first (may be negative when old)."""

@@ -251,6 +251,17 @@ class AgentSpec:
         return [f"{self.name}-{i}" for i in range(1, self.count + 1)]
 
     @classmethod
+    def field_rules(cls) -> dict[str, FieldRule]:
+        """Every field's rule (type, bounds, meaning), in declaration order: what role
+        files, graph nodes and the server's parameter checks read."""
+        return agent_field_rules()
+
+    @classmethod
+    def json_schema(cls, fields: Iterable[str] | None = None) -> dict[str, Any]:
+        """JSON Schema (2020-12) of an agent object (``fields``: only those; default all)."""
+        return agent_json_schema(fields)
+
+    @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> AgentSpec:
         """Build from a JSON object, with errors that name the field (``agents.<field>``)."""
         if not isinstance(data, Mapping):

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 from fastapi import FastAPI
 
-from ..collab import agent_field_rules, collaboration_modes, get_mode
+from ..collab import AgentSpec, collaboration_modes, get_mode
 from ..engine_bridge import MAX_TOP_LOGPROBS
 from ._state import ServerState
 
@@ -79,7 +79,7 @@ _SOME_TEXT = {
 
 def _bounds(param: str) -> dict[str, Any]:
     """The JSON Schema bounds of a sampling field a request shares with an agent."""
-    rule = agent_field_rules()[param].json_schema()
+    rule = AgentSpec.field_rules()[param].json_schema()
     return {k: v for k, v in rule.items() if k in ("minimum", "maximum", "exclusiveMinimum")}
 
 
@@ -154,7 +154,7 @@ def request_rules(schema: dict[str, Any]) -> None:
     plain_only = {
         name: {"enum": [None, False]} if name != "tools" else {"maxItems": 0} for name in PLAIN_ONLY
     }
-    agent_tokens = {"maximum": agent_field_rules()["max_tokens"].maximum}
+    agent_tokens = {"maximum": AgentSpec.field_rules()["max_tokens"].maximum}
     tools_active = {
         "required": ["tools"],
         "properties": {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..collab import FieldRule, agent_field_rules
+from ..collab import AgentSpec, FieldRule
 from ..engine_bridge import MAX_TOP_LOGPROBS
 from ._errors import bad_request
 from ._openapi import MAX_METADATA_PAIRS, PLAIN_ONLY
@@ -19,7 +19,7 @@ from ._schemas import REFUSED_PARAMETERS, ChatCompletionRequest
 from ._tools import check_json_schema
 
 #: The sampling bounds a request shares with an agent (``temperature``, ``top_p``).
-_AGENT_RULES = agent_field_rules()
+_AGENT_RULES = AgentSpec.field_rules()
 
 
 def _check_rule(value: float | None, param: str, rule: FieldRule) -> None:

@@ -23,10 +23,8 @@ from ..collab import (
     Tool,
     agent_tool_plan,
     code_policy,
-    largest_turn,
     prepare_collaboration,
     unknown_agent_tool,
-    worst_case_tokens,
 )
 from ..engine_bridge import (
     EngineBridge,
@@ -302,7 +300,7 @@ async def _plan_collaboration(
     check_length(bridge, len(composed) + 16, longest)
     _check_seed(prepared.config.seed, composed, bridges)
     tool_steps = DEFAULT_MAX_TOOL_STEPS if tools else 0
-    completion = worst_case_tokens(prepared, tool_steps=tool_steps)
+    completion = prepared.worst_case_tokens(tool_steps=tool_steps)
     budget = request_budget(state, bridge)
     worst: int | None = None
     if completion is not None:  # every turn (and tool step) reads at least the context
@@ -497,7 +495,7 @@ def check_budget(
     if prepared is not None:
         turns = prepared.op.max_turns(prepared.config, prepared.agents)
         how = (
-            f": {turns} turns of up to {largest_turn(prepared)} completion tokens, "
+            f": {turns} turns of up to {prepared.largest_turn()} completion tokens, "
             "each reading the context, tool steps included"
         )
     raise bad_request(

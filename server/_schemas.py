@@ -4,7 +4,7 @@ Only requests are modelled with pydantic (they drive validation and the
 OpenAPI schema); responses are plain dicts built in ``_render`` and ``_stream``; ``_openapi`` adds
 the rules JSON Schema can express beyond the fields' types. Types are
 strict — a string where a number belongs is a 400, not a silent coercion.
-An agent is not modelled here: its schema is ``AgentSpec``'s (``agent_json_schema``)
+An agent is not modelled here: its schema is ``AgentSpec``'s (``AgentSpec.json_schema``)
 and ``AgentSpec.from_dict`` validates it, so the two can never disagree.
 """
 
@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from ..collab import agent_json_schema, graph_json_schema, validator_json_schema
+from ..collab import AgentSpec, validator_json_schema
+from ..collab.graph import graph_json_schema
 from ..engine_bridge import TOOL_NAME_PATTERN
 from ._openapi import request_rules
 
@@ -24,7 +25,7 @@ AgentList = Annotated[
     WithJsonSchema(
         {
             "type": "array",
-            "items": {"title": "AgentSpec", **agent_json_schema()},
+            "items": {"title": "AgentSpec", **AgentSpec.json_schema()},
         }
     ),
 ]

@@ -48,7 +48,7 @@ from typing import Final
 
 import attrs
 
-from ..collab import LEVEL_SPAN, arrival_number
+from ..collab import arrival_priority
 from ..engine_bridge import EngineBridge, KVHandle, Retain
 from ._errors import bad_request
 
@@ -177,7 +177,7 @@ class Sessions:
             self._observe(tenant, previous.label, now - previous.finished)
             priority = previous.priority  # the program's place: first come, first served
         else:
-            priority = arrival_number() * LEVEL_SPAN
+            priority = arrival_priority()
         asked = cache_key is not None or ttl is not None or retention is not None
         if not bridge.retention_enabled or not (asked or tools):
             return SessionPlan(None, priority, False, label)

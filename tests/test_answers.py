@@ -7,14 +7,8 @@ import time
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from microagent.collab import (
-    AnswerSpec,
-    InvalidCollaboration,
-    Tally,
-    all_agree,
-    majority,
-    normalize_answer,
-)
+from microagent.collab import AnswerSpec, InvalidCollaboration, normalize_answer
+from microagent.collab._tally import Tally, all_agree, majority
 from strategies import vote_sequences
 
 NUMBER = AnswerSpec(extract="number").extractor

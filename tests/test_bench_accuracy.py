@@ -14,7 +14,7 @@ import _accuracy_tasks as T
 import accuracy as A
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from microagent.collab import majority
+from microagent.collab._tally import majority
 
 
 def test_easy_set_is_fixed_balanced_and_verifiable() -> None:

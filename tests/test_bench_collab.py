@@ -102,7 +102,7 @@ def test_prompts_match_microagent() -> None:
 @pytest.mark.anyio
 async def test_client_transcript_turn_is_microagent_s_text() -> None:
     """The client's transcript-layout debate turn is the text microagent's debate composes."""
-    from microagent.collab import AgentSpec, collaborate, critical_offset
+    from microagent.collab import AgentSpec, ServicePolicy, collaborate
     from microagent.engine_bridge import EngineRequest
     from microagent.testing import ScriptedEngine
 
@@ -118,7 +118,7 @@ async def test_client_transcript_turn_is_microagent_s_text() -> None:
         )
         assert outcome.details["layout"] == P.debate_layout(3) == "transcript"
         for request in engine.history:
-            if critical_offset(request.priority) != -2:
+            if ServicePolicy.critical_offset(request.priority) != -2:
                 continue
             text = engine.detokenize(request.prompt.token_ids)
             turn = text[text.rindex("<|im_start|>user\n") + len("<|im_start|>user\n") :]

@@ -16,8 +16,7 @@ import _early_stop_report as R
 import early_stop as S
 import pytest
 from _collab_tasks import Task
-from microagent.collab import StopRule, majority
-from microagent.collab._tally import adaptive_vote
+from microagent.collab._tally import StopRule, adaptive_vote, majority
 from microagent.engine_bridge import EngineRequest
 from microagent.testing import ScriptedEngine
 

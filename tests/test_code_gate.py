@@ -16,12 +16,12 @@ import pytest
 from microagent.collab import (
     CodePolicy,
     InvalidCollaboration,
-    calculate,
     code_policy,
     prepare_collaboration,
     python_tests_validator,
-    run_validator,
 )
+from microagent.collab._calculator import calculate
+from microagent.collab._validators import run_validator
 from microagent.server import ServerLimits, create_app
 from test_server_helpers import LiveServer, live_server, scripted
 

@@ -17,10 +17,10 @@ from microagent.collab import (
     ModeConfig,
     ModeRegistry,
     ModeResult,
+    ServicePolicy,
     Turn,
     collaborate,
     collaboration_modes,
-    critical_offset,
     prepare_collaboration,
     register_mode,
     unregister_mode,
@@ -173,8 +173,8 @@ async def test_debate_threads_are_append_only_and_cached() -> None:
         )
         assert outcome.rounds == 2 and outcome.details["layout"] == "threads"
         assert [e.data["round"] for e in events if e.type == "round"] == [1, 2]
-        round1 = [r for r in engine.history if critical_offset(r.priority) == -1]
-        round2 = [r for r in engine.history if critical_offset(r.priority) == -2]
+        round1 = [r for r in engine.history if ServicePolicy.critical_offset(r.priority) == -1]
+        round2 = [r for r in engine.history if ServicePolicy.critical_offset(r.priority) == -2]
         assert len(round1) == len(round2) == 3
         for req in round2:  # each round-2 prompt extends exactly one agent's round-1 handle
             assert sum(prev.prompt.is_prefix_of(req.prompt) for prev in round1) >= 1
@@ -191,7 +191,8 @@ async def test_debate_transcript_is_one_shared_prefix_per_round() -> None:
         )
         assert outcome.rounds == 3 and outcome.details["layout"] == "transcript"
         by_round = {
-            r: [q for q in engine.history if critical_offset(q.priority) == -r] for r in (1, 2, 3)
+            r: [q for q in engine.history if ServicePolicy.critical_offset(q.priority) == -r]
+            for r in (1, 2, 3)
         }
         assert all(len(reqs) == 3 for reqs in by_round.values())
 
@@ -311,7 +312,7 @@ async def test_aggregate_splices_proposals() -> None:
         final = engine.history[-1]
         first_proposal = engine.history[0]
         assert first_proposal.prompt.is_prefix_of(final.prompt)
-        assert critical_offset(final.priority) == -1
+        assert ServicePolicy.critical_offset(final.priority) == -1
 
 
 async def test_cascade_escalates_only_on_disagreement() -> None:

@@ -17,16 +17,9 @@ from _prob_engine import LikelihoodEngine
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from microagent.actors import Runtime
-from microagent.collab import (
-    AgentSpec,
-    ChoiceView,
-    CollaborationEvent,
-    StopRule,
-    collaborate,
-    majority,
-)
-from microagent.collab._debias import voter_order
-from microagent.collab._tally import adaptive_vote, beta_majority_probability
+from microagent.collab import AgentSpec, CollaborationEvent, collaborate
+from microagent.collab._debias import ChoiceView, voter_order
+from microagent.collab._tally import StopRule, adaptive_vote, beta_majority_probability, majority
 from microagent.engine_bridge import EngineRequest
 from microagent.testing import ScriptedEngine
 from strategies import choice_views, stop_rules

@@ -17,7 +17,6 @@ from microagent.collab import (
     AgentSpec,
     CollaborationEvent,
     InvalidCollaboration,
-    Tally,
     collaborate,
     prepare_collaboration,
 )
@@ -31,6 +30,7 @@ from microagent.collab._soft import (
     read_ballot,
     soft_winner,
 )
+from microagent.collab._tally import Tally
 from microagent.engine_bridge import EngineRequest, TokenLogprob
 from microagent.testing import ScriptedEngine
 from strategies import soft_ballots, vote_sequences

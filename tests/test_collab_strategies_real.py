@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 from _engine import RealEngine
-from microagent.collab import CALCULATOR, EXPRESSION_REGEX, AgentSpec, Outcome, collaborate
+from microagent.collab import AgentSpec, Outcome, collaborate
+from microagent.collab._calculator import CALCULATOR, EXPRESSION_REGEX
 
 pytestmark = pytest.mark.engine
 

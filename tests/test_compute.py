@@ -14,16 +14,14 @@ from typing import Any
 import httpx
 import pytest
 from microagent.collab import (
-    CALCULATOR,
     AgentSpec,
-    CalculationError,
     CollaborationEvent,
     CollaborationFailed,
     InvalidCollaboration,
-    calculate,
     calculator_tool,
     collaborate,
 )
+from microagent.collab._calculator import CALCULATOR, CalculationError, calculate
 from microagent.collab.modes._compute import calls_for_calculation, choice_for
 from microagent.engine_bridge import EngineRequest
 from microagent.server import ServerLimits

@@ -100,6 +100,16 @@ def test_the_core_is_small_and_every_name_is_documented() -> None:
     assert undocumented == []
 
 
+def test_the_collaboration_layer_exports_at_most_60_documented_names() -> None:
+    """``microagent.collab`` exports what users need; its README lists every name."""
+    collab = importlib.import_module("microagent.collab")
+    assert len(collab.__all__) <= 60
+    readme = (Path(microagent.__file__).parent / "collab" / "README.md").read_text("utf-8")
+    listed = readme.split("## The public names", 1)[1]
+    assert [name for name in collab.__all__ if f"`{name}`" not in listed] == []
+    assert f"these {len(collab.__all__)} names" in listed
+
+
 def test_each_layer_has_one_base_error_exported_at_the_top() -> None:
     bases = {
         "mailbox": microagent.MailboxError,

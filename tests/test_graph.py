@@ -11,14 +11,13 @@ from microagent.collab import (
     AgentSpec,
     CollaborationEvent,
     Graph,
-    GraphConfig,
     InvalidCollaboration,
     InvalidGraph,
     collaborate,
-    graph_json_schema,
     prepare_collaboration,
 )
-from microagent.collab.graph import NODE_AGENT_FIELDS, Node
+from microagent.collab.graph import NODE_AGENT_FIELDS, Node, graph_json_schema
+from microagent.collab.modes import GraphConfig
 from microagent.engine_bridge import EngineRequest
 from microagent.testing import ScriptedEngine
 
@@ -406,7 +405,7 @@ async def test_a_fan_out_warm_up_runs_at_its_collaborations_priority() -> None:
     """The warm-up is a request of its collaboration (its group): the policy's priority
     (arrival level plus the node's offset, as the node's own turns), so a later
     collaboration's warm-up never jumps ahead of an earlier one's turns."""
-    from microagent.collab import LEVEL_SPAN
+    from microagent.collab._scheduling import LEVEL_SPAN
 
     async with ScriptedEngine(script=review_script(1)) as engine:
         for _ in range(2):

@@ -18,14 +18,12 @@ import anyio
 import httpx
 import pytest
 from microagent.collab import (
-    CalculationError,
     Graph,
     InvalidCollaboration,
-    calculate,
     collaborate,
     prepare_collaboration,
-    worst_case_tokens,
 )
+from microagent.collab._calculator import CalculationError, calculate
 from microagent.server import ServerLimits
 from microagent.testing import ScriptedEngine
 from test_server_helpers import LiveServer, live_server, scripted
@@ -300,7 +298,7 @@ async def test_a_graph_run_stays_within_its_turn_bound() -> None:
     bound = prepared.op.max_turns(prepared.config, prepared.agents)
     # plan runs at most 1 + 1, draft and review 1 + 2 + 1; draft's 3 instances + a warm-up
     assert bound == 2 * 1 + 4 * (3 + 1) + 4 * 1
-    assert worst_case_tokens(prepared) == bound * 8
+    assert prepared.worst_case_tokens() == bound * 8
     async with ScriptedEngine(script=lambda ids, request: "not yet") as engine:
         outcome = await collaborate(engine, prepared, "Write it.")
         assert 0 < len(engine.history) <= bound

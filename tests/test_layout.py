@@ -241,6 +241,51 @@ PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
     ("test_bench_early_stop.py", "microagent.collab._tally.adaptive_vote"): (
         "the bench replays votes through the rule the mode uses"
     ),
+    ("test_bench_early_stop.py", "microagent.collab._tally.StopRule"): "the same",
+    ("test_bench_early_stop.py", "microagent.collab._tally.majority"): "the same",
+    ("test_collab_properties.py", "microagent.collab._tally.StopRule"): (
+        "the adaptive stop rules are checked against an independent model"
+    ),
+    ("test_collab_properties.py", "microagent.collab._tally.majority"): "the same",
+    ("test_collab_properties.py", "microagent.collab._debias.ChoiceView"): (
+        "the vote shows each voter its own order of the choices; the property reads it back"
+    ),
+    ("test_answers.py", "microagent.collab._tally.Tally"): (
+        "answers are read and counted by the tally the vote mode keeps (collab's own counting)"
+    ),
+    ("test_answers.py", "microagent.collab._tally.all_agree"): "the same",
+    ("test_answers.py", "microagent.collab._tally.majority"): "the same",
+    ("test_collab_soft.py", "microagent.collab._tally.Tally"): (
+        "a soft ballot against the exact tally it generalises"
+    ),
+    ("test_bench_accuracy.py", "microagent.collab._tally.majority"): (
+        "the bench scores a majority exactly as the vote mode decides it"
+    ),
+    ("test_graph.py", "microagent.collab._scheduling.LEVEL_SPAN"): (
+        "a graph's warm-up request sits in its collaboration's priority level"
+    ),
+    ("test_compute.py", "microagent.collab._calculator.calculate"): (
+        "the compute mode's calculator, checked directly (the mode only shows its results)"
+    ),
+    ("test_compute.py", "microagent.collab._calculator.CalculationError"): "the same",
+    ("test_compute.py", "microagent.collab._calculator.CALCULATOR"): "the same",
+    ("test_collab_strategies_real.py", "microagent.collab._calculator.CALCULATOR"): (
+        "the real model is asked for expressions the calculator's grammar accepts"
+    ),
+    ("test_collab_strategies_real.py", "microagent.collab._calculator.EXPRESSION_REGEX"): (
+        "the same"
+    ),
+    ("test_hostile_collab.py", "microagent.collab._calculator.calculate"): (
+        "hostile expressions are refused by the calculator itself, naming the bound"
+    ),
+    ("test_hostile_collab.py", "microagent.collab._calculator.CalculationError"): "the same",
+    ("test_code_gate.py", "microagent.collab._calculator.calculate"): (
+        "the server's code policy reaches every place that runs code"
+    ),
+    ("test_code_gate.py", "microagent.collab._validators.run_validator"): "the same",
+    ("test_validators.py", "microagent.collab._sandbox.SandboxUnavailable"): (
+        "a code validator without a sandbox fails with the sandbox's own error"
+    ),
     ("test_bench_agents_sim.py", "microagent.engine_bridge.scripted._step_cost.prefill_pairs"): (
         "the simulator's cost model is calibrated on the attention pairs the double counts"
     ),

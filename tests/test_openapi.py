@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from microagent.collab import agent_field_rules
+from microagent.collab import AgentSpec
 from microagent.server import ServerLimits, create_app
 from microagent.testing import ScriptedEngine
 from starlette.testclient import TestClient
@@ -60,7 +60,7 @@ def test_openapi_agent_bounds_are_agent_spec_bounds(client: TestClient) -> None:
     request = schema["components"]["schemas"][ref.rsplit("/", 1)[-1]]["properties"]
     documented = request["agents"]["anyOf"][0]["items"]
     assert documented["additionalProperties"] is False and documented["required"] == ["name"]
-    rules = agent_field_rules()
+    rules = AgentSpec.field_rules()
     assert list(documented["properties"]) == list(rules)
     keys = ("minimum", "maximum", "exclusiveMinimum", "minLength", "maxLength", "type")
     for name, rule in rules.items():

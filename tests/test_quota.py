@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from microagent.collab import largest_turn, prepare_collaboration, worst_case_tokens
+from microagent.collab import prepare_collaboration
 from microagent.server import ApiError, ServerLimits
 from microagent.server._quota import WINDOW_SECONDS, KeyQuota, Quotas, key_id
 from test_server_helpers import LiveServer, eventually, live_server, scripted
@@ -129,9 +129,9 @@ def test_each_mode_bounds_its_turns(
     """Every built-in mode has a bound (graph's comes from its graph): none is None."""
     prepared = prepare_collaboration(mode, agents, {"max_tokens": 10, **options})
     assert prepared.op.max_turns(prepared.config, prepared.agents) == turns
-    assert largest_turn(prepared) == largest
-    assert worst_case_tokens(prepared) == turns * largest
-    assert worst_case_tokens(prepared, tool_steps=2) == 3 * turns * largest
+    assert prepared.largest_turn() == largest
+    assert prepared.worst_case_tokens() == turns * largest
+    assert prepared.worst_case_tokens(tool_steps=2) == 3 * turns * largest
 
 
 # -- over HTTP -----------------------------------------------------------------------------
@@ -310,7 +310,7 @@ def test_the_bound_holds_on_a_real_run(
             )
             outcome = await collaborate(engine, prepared, "Is it so?")
             bound = prepared.op.max_turns(prepared.config, prepared.agents)
-            worst = worst_case_tokens(prepared)
+            worst = prepared.worst_case_tokens()
             assert bound is not None and worst is not None
             return len(engine.history), bound, worst - outcome.usage.completion_tokens
 

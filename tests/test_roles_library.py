@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from microagent.collab import AgentSpec, InvalidRole, load_roles, match_roles, parse_role
+from microagent.collab import AgentSpec, InvalidRole, load_roles
+from microagent.collab._role_files import match_roles, parse_role
 
 DEMO_ROLES = Path(__file__).resolve().parent.parent / "demos" / "roles"
 

@@ -17,13 +17,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from microagent.collab import (
-    CollaborationError,
-    SandboxLimits,
-    SandboxUnavailable,
-    run_sandboxed,
-    sandbox_unavailable,
-)
+from microagent.collab import CollaborationError, sandbox_unavailable
+from microagent.collab._sandbox import SandboxLimits, SandboxUnavailable, run_sandboxed
 
 pytestmark = pytest.mark.anyio
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from microagent.collab import SandboxLimits, run_sandboxed
+from microagent.collab._sandbox import SandboxLimits, run_sandboxed
 
 pytestmark = pytest.mark.anyio
 

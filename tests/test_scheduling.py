@@ -6,13 +6,8 @@ import anyio
 import anyio.lowlevel
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from microagent.collab import (
-    LEVEL_SPAN,
-    AgentSpec,
-    CollaborationEvent,
-    ServicePolicy,
-    collaborate,
-)
+from microagent.collab import AgentSpec, CollaborationEvent, ServicePolicy, collaborate
+from microagent.collab._scheduling import LEVEL_SPAN
 from microagent.engine_bridge import Sampling
 from microagent.testing import ScriptedEngine, run_virtual
 

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from microagent.collab import (
-    InvalidCollaboration,
-    SandboxUnavailable,
-    python_tests_validator,
-    run_validator,
-    validator_from_spec,
-)
+from microagent.collab import InvalidCollaboration, python_tests_validator
+from microagent.collab._sandbox import SandboxUnavailable
+from microagent.collab._validators import run_validator, validator_from_spec
 
 pytestmark = pytest.mark.anyio
 
