@@ -224,3 +224,20 @@ def test_a_tiered_real_twin_is_simulated_over_its_tier_and_calibrates_the_tier()
         "simulated prompt computed within 10 % of real: microagent-tier at 24 blocks (pressure)"
     ]
     assert not any("calibrated against the real engine" in t for t in got)
+
+
+def test_a_rerun_replaces_only_its_own_cells_and_keeps_the_rest() -> None:
+    """``--shapes/--pressures/--tier-rates`` re-run some cells: each replaces the kept
+    cell of the same shape, pressure, rate and policy; every other kept cell and its
+    settings stay."""
+    first = S.projection(0.01, ("lru",), shapes=("bfcl",), pressures=(0.75,))
+    (cell,) = first["cells"]
+    stale = {**cell, "programs": [], "stale": True}
+    other = {**cell, "system": "priority", "stale": True}
+    again = S.projection(
+        0.01, ("lru",), [stale, other], shapes=("bfcl",), pressures=(0.75,),
+        kept_settings={"swe|3": {"kept": True}},
+    )  # fmt: skip
+    got = {(c["system"], c.get("stale", False)) for c in again["cells"]}
+    assert got == {("lru", False), ("priority", True)}
+    assert again["settings"]["swe|3"] == {"kept": True} and "bfcl|0.75" in again["settings"]
