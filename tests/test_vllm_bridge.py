@@ -91,11 +91,20 @@ def test_engine_arguments_pin_limits_and_pass_everything_through() -> None:
 
 
 def test_request_checks_without_an_engine() -> None:
-    b = VLLMBridge(max_model_len=512)
+    b = VLLMBridge(max_model_len=512, max_num_batched_tokens=64)
     short = b.handle(range(1, 20))
+    seeded = b.stream(short, Sampling(max_tokens=4, temperature=0.8, seed=3))
+    assert seeded.request.sampling.seed == 3  # its prefill fits a step: served
     with pytest.raises(RequestRefused) as info:
-        b.stream(short, Sampling(max_tokens=4, temperature=0.8, seed=3))
-    assert info.value.field == "seed"  # even short prompts: the step budget is shared
+        b.stream(b.handle(range(1, 66)), Sampling(max_tokens=4, temperature=0.8, seed=3))
+    assert info.value.field == "seed"  # a step never holds its prefill
+    assert "65 prompt tokens" in str(info.value) and "max_num_batched_tokens=64" in str(info.value)
+    for strict in (VLLMBridge(cpu_seed="refuse"), VLLMBridge(retention=0)):
+        with pytest.raises(RequestRefused) as info:
+            strict.stream(short, Sampling(max_tokens=4, temperature=0.8, seed=3))
+        assert info.value.field == "seed"
+    with pytest.raises(ValueError, match="cpu_seed"):
+        VLLMBridge(cpu_seed="always")  # type: ignore[arg-type]
     with pytest.raises(RequestRefused) as info:
         b.stream(b.handle(range(1, 600)), Sampling(max_tokens=4))
     assert info.value.field == "prompt"
