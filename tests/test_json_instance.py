@@ -1,4 +1,4 @@
-"""The ScriptedEngine's JSON documents (engine_bridge/scripted/_json_instance.py) fit their schemas."""
+"""The ScriptedEngine's JSON documents (engine_bridge/scripted/_json_instance.py) fit a schema."""
 
 from __future__ import annotations
 
