@@ -131,6 +131,8 @@ class CollaborationPlan:
 
 
 Plan = CompletionPlan | CollaborationPlan
+#: The sampling fields a ``response_format`` sets.
+JSON_FORMATS = ("json_schema", "json_object")
 
 
 async def plan_request(
@@ -163,14 +165,14 @@ async def _plan_completion(
     check_sampling(body, state.limits.max_n)
     tools = tool_plan(body.tools, body.tool_choice, body.parallel_tool_calls)
     fields = sampling_fields(body)
-    if (
-        tools is not None
-        and tools.active
-        and any(k in fields for k in ("json_schema", "json_object"))
-    ):
-        raise bad_request(
-            "response_format json and tools cannot both shape one reply", "response_format"
-        )
+    if tools is not None and tools.active and any(k in fields for k in JSON_FORMATS):
+        if not tools.whole_reply:
+            raise bad_request(
+                "response_format json and tools cannot both shape one reply", "response_format"
+            )
+        # a forced call is the whole reply: the format shapes text the reply has none of
+        # (instructor's Responses mode sends both, the format the call's own schema)
+        fields = {k: v for k, v in fields.items() if k not in JSON_FORMATS}
     messages = state.sessions.splice(tenant, bridge, conversation(body, tools))
     context = await compose(bridge, messages)
     prompt = bridge.chat.generation_prompt(context)

@@ -367,6 +367,61 @@ def test_streamed_tool_calls_assemble_in_the_sdk(server: LiveServer) -> None:
         jsonschema.validate(json.loads(entry["arguments"]), PARAMS[entry["name"]])
 
 
+STOCK_FORMAT = {
+    "type": "object",
+    "properties": {"item": {"type": "string"}, "units": {"type": "integer"}},
+    "required": ["item", "units"],
+}
+
+
+@pytest.mark.parametrize(
+    "choice", ["required", {"type": "function", "function": {"name": "add"}}], ids=str
+)
+def test_a_forced_call_beside_a_json_format_is_the_call(server: LiveServer, choice: Any) -> None:
+    """instructor's Responses mode forces a call and sends a ``json_schema`` format too:
+    OpenAI answers with the call (the format shapes text, and a forced reply has none),
+    so the engine is constrained by the call's schema alone."""
+    done = client(server).chat.completions.create(
+        model="scripted",
+        messages=USER,  # type: ignore[arg-type]
+        tools=[WEATHER, ADD],  # type: ignore[list-item]
+        tool_choice=choice,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "stock", "schema": STOCK_FORMAT, "strict": True},
+        },
+    )
+    assert done.choices[0].finish_reason == "tool_calls"
+    assert done.choices[0].message.content is None
+    _check_calls(done.choices[0].message.tool_calls)
+    sampling = server.engines["scripted"].history[-1].sampling  # type: ignore[attr-defined]
+    assert sampling.json_schema is not None and "units" not in sampling.json_schema
+    assert not sampling.json_object
+
+
+def test_a_forced_call_beside_a_text_format_on_the_responses_api(server: LiveServer) -> None:
+    done = client(server).responses.create(
+        model="scripted",
+        input="What is the weather in Paris?",
+        tools=[{"type": "function", **WEATHER["function"]}],  # type: ignore[list-item, dict-item]
+        tool_choice={"type": "function", "name": "get_weather"},
+        text={"format": {"type": "json_schema", "name": "stock", "schema": STOCK_FORMAT}},
+    )
+    (call,) = [item for item in done.output if item.type == "function_call"]
+    assert call.name == "get_weather"
+    jsonschema.validate(json.loads(call.arguments), PARAMS["get_weather"])
+
+
+def test_an_auto_reply_cannot_be_shaped_by_both(server: LiveServer) -> None:
+    """``auto`` leaves the choice to the model, and the constraint cannot be a call or
+    a document at once: refused, naming the format."""
+    r = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        json={"messages": USER, "tools": [WEATHER], "response_format": {"type": "json_object"}},
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
+
+
 def test_tools_with_agents_are_refused(server: LiveServer) -> None:
     r = httpx.post(
         f"{server.url}/v1/chat/completions",
