@@ -308,6 +308,8 @@ async def real_cells(prefill_rate_hint: float | None) -> dict[str, Any]:
                 )
                 out["cells"].append(cell)
                 print(f"real {label} {policy}: {_line(cell)}", flush=True)
+    # the tiered cell in the same run, so that one probe's engine speed holds for all
+    out["cells"] += await real_tier_cells(prefill_rate_hint)
     return out
 
 
