@@ -80,8 +80,8 @@ class Sampling:
     alternatives (0 to ``MAX_TOP_LOGPROBS``).
     ``min_p`` and the three penalties are vLLM's (OpenAI's ranges; the ScriptedEngine
     ignores them, as it ignores ``top_p`` and ``top_k``).
-    ``seed`` makes a sampled request reproducible (on vLLM's CPU backend a seed can
-    kill the engine, so ``VLLMBridge`` refuses or ignores it: see its ``cpu_seed``).
+    ``seed`` makes a sampled request reproducible (on vLLM's CPU backend its prefill
+    must fit one step: ``VLLMBridge`` refuses a longer seeded prompt, see ``cpu_seed``).
     """
 
     max_tokens: int = attrs.field(default=256, validator=_non_negative)
