@@ -47,6 +47,10 @@ from ._tool_calls import ToolPlan as ToolPlan
 from ._tool_calls import render_tool_calls as render_tool_calls
 from ._tool_calls import render_tool_result as render_tool_result
 from ._tool_calls import with_tool_instructions as with_tool_instructions
+from ._tool_formats import CALL_PARSERS as CALL_PARSERS
+from ._tool_formats import ToolFormat as ToolFormat
+from ._tool_template import ChatRenderer as ChatRenderer
+from ._tool_template import JinjaRenderer as JinjaRenderer
 from ._types import MAX_TOP_LOGPROBS as MAX_TOP_LOGPROBS
 from ._types import EngineStats as EngineStats
 from ._types import FinishReason as FinishReason
@@ -60,14 +64,17 @@ from .remote import RemoteBridge as RemoteBridge
 from .vllm import VLLMBridge as VLLMBridge
 from .vllm import prepare_model as prepare_model
 from .vllm import resolve_model as resolve_model
+from .vllm import vllm_tool_parsers as vllm_tool_parsers
 
 __all__ = [
+    "CALL_PARSERS",
     "MAX_TOP_LOGPROBS",
     "RELEASE_CAUSES",
     "TOOL_NAME",
     "TOOL_NAME_PATTERN",
     "AdapterRef",
     "ChatComposer",
+    "ChatRenderer",
     "ChatTemplate",
     "EngineBridge",
     "EngineBridgeError",
@@ -81,6 +88,7 @@ __all__ = [
     "Generation",
     "GenerationResult",
     "HandleMismatch",
+    "JinjaRenderer",
     "KVHandle",
     "Message",
     "ModelPreparationError",
@@ -100,6 +108,7 @@ __all__ = [
     "TokenLogprob",
     "ToolCallStream",
     "ToolChoice",
+    "ToolFormat",
     "ToolPlan",
     "UnknownAdapter",
     "VLLMBridge",
@@ -114,6 +123,7 @@ __all__ = [
     "resume_journal",
     "salt_for",
     "set_cache_salt",
+    "vllm_tool_parsers",
     "with_tool_instructions",
 ]
 

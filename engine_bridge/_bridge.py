@@ -29,6 +29,7 @@ from ._retained_index import RetainedIndex
 from ._retention import Retain, RetentionStats
 from ._salt import current_cache_salt
 from ._tier_stats import TierStats
+from ._tool_formats import HERMES, ToolFormat
 from ._types import (
     EngineStats,
     FinishReason,
@@ -252,6 +253,8 @@ class EngineBridge(abc.ABC):
     chat: ChatComposer
     #: whether the model runs behind a network endpoint (text crosses, no KV is shared)
     remote = False
+    #: how this model writes tool calls (``serve --tool-call-parser``); Hermes by default
+    tool_format: ToolFormat = HERMES
 
     def __init__(self, model: str, *, block_size: int) -> None:
         self.model = model

@@ -28,6 +28,7 @@ import attrs
 
 from ._bridge import EngineBridge
 from ._handle import AdapterRef, KVHandle
+from ._tool_template import ChatRenderer, has_tool_format
 
 Renderer = Callable[[list[dict[str, str]], bool], str]
 Encoder = Callable[[str], list[int]]
@@ -288,10 +289,43 @@ class ChatComposer:
 
     Every method returns a handle that *extends* its input (the input is its
     parent), so lineage — and with it cache-miss detection — is kept.
+
+    ``renderer``: the model's chat template rendered whole (``render_prompt``), for a
+    conversation with tools when the template has a tool format of its own.
     """
 
     template: ChatTemplate
     bridge: EngineBridge
+    renderer: ChatRenderer | None = None
+
+    def renders_tools(self) -> bool:
+        """Whether the model's template has a tool format (cached per template)."""
+        return self.renderer is not None and has_tool_format(self.renderer)
+
+    def render_prompt(
+        self,
+        messages: Sequence[Mapping[str, object]],
+        tools: Sequence[Mapping[str, object]] | None,
+        *,
+        adapter: str | AdapterRef | None = None,
+    ) -> KVHandle:
+        """The whole conversation rendered by the template, generation prompt included, as
+        one handle: ``tools`` and the messages' ``tool_calls``/``tool`` turns where the
+        template puts them. Its text is tokenized once (special-token text becoming the
+        special tokens), as vLLM's own server does.
+
+        Raises:
+            ValueError: no renderer, or the template refused the conversation.
+        """
+        if self.renderer is None:
+            raise ValueError(f"model {self.bridge.model!r} has no chat template to render")
+        try:
+            text = self.renderer(messages, True, tools)
+        except ValueError:
+            raise
+        except Exception as exc:  # jinja's TemplateError: the template's own message
+            raise ValueError(f"the chat template refused the conversation: {exc}") from None
+        return self.bridge.handle(self.bridge.tokenize(text), adapter=adapter)
 
     def context(
         self,

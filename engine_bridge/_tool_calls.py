@@ -29,6 +29,15 @@ from typing import Any, Literal
 import attrs
 
 from ._errors import RequestRefused
+from ._tool_formats import (
+    HERMES,
+    ToolFormat,
+    json_body,
+    json_call_text,
+    json_calls,
+    json_system_text,
+    json_undecided,
+)
 from ._types import Sampling, TaggedJson
 
 #: What a tool may be called (OpenAI's rule); ``TOOL_NAME_PATTERN`` is its JSON Schema form.
@@ -81,6 +90,8 @@ class ToolPlan:
     choice: ToolChoice
     named: str | None = None
     parallel: bool | None = None
+    #: the text a call is written in (``llama3_json``: a bare JSON object); Hermes by default
+    call_format: ToolFormat = HERMES
 
     @property
     def active(self) -> bool:
@@ -100,6 +111,8 @@ class ToolPlan:
     def system_text(self) -> str:
         """The tool description the model reads in its system turn."""
         listing = "\n".join(json.dumps(t.describe()) for t in self.offered())
+        if self.call_format.json_calls:
+            return json_system_text(listing)
         return (
             "You may call functions to help with the user's request. The functions are "
             f"described inside <tools></tools>:\n<tools>\n{listing}\n</tools>\n"
@@ -114,14 +127,16 @@ class ToolPlan:
         ``budget``: the reply's ``max_tokens`` when the whole reply is the call. Its free
         strings are then bounded so that the call closes within it (``string_bound``):
         under a grammar the default model runs a string on (a digit per token) until
-        the budget cuts the call, and a cut call is no call.
+        the budget cuts the call, and a cut call is no call. The arguments sit under
+        the key the format's parser reads (``parameters`` for ``llama3_json``).
         """
+        key = self.call_format.arguments_key
         branches = [
             {
                 "type": "object",
                 "properties": {
                     "name": {"enum": [t.name]},
-                    "arguments": bounded_strings(
+                    key: bounded_strings(
                         t.parameters,
                         ARGUMENT_STRING_LENGTH
                         if budget is None
@@ -129,7 +144,7 @@ class ToolPlan:
                     )
                     or {"type": "object"},
                 },
-                "required": ["name", "arguments"],
+                "required": ["name", key],
                 "additionalProperties": False,
             }
             for t in self.offered()
@@ -140,7 +155,9 @@ class ToolPlan:
         """``sampling`` with the constraint that keeps this plan's calls valid.
 
         ``required`` and a named function: the grammar is the call itself (its first
-        token opens the call), sized to close within ``sampling.max_tokens``.
+        token opens the call), sized to close within ``sampling.max_tokens``. An
+        ``auto`` reply in a JSON format is not constrained (a call is told from text by
+        its first character only): it is parsed, and a call that is no JSON is content.
         """
         if not self.active:
             return sampling
@@ -154,6 +171,8 @@ class ToolPlan:
                     "maxItems": MAX_PARALLEL_CALLS,
                 }
             return attrs.evolve(sampling, json_schema=json.dumps(schema))
+        if self.call_format.json_calls:
+            return sampling
         stop = sampling.stop if self.parallel is not False else (*sampling.stop, CALL_CLOSE)
         tagged = TaggedJson(CALL_OPEN, json.dumps(self.call_schema()), CALL_CLOSE)
         return attrs.evolve(sampling, tagged=tagged, stop=stop)
@@ -170,6 +189,8 @@ class ToolPlan:
         """
         if not self.active:
             return text, []
+        if self.call_format.json_calls:
+            return self._parse_json(text, complete=complete)
         if self.whole_reply:
             try:
                 value = json.loads(text)
@@ -193,6 +214,17 @@ class ToolPlan:
         if calls:
             return content, _unique(calls)
         return (text, []) if complete else (content, [])
+
+    def _parse_json(self, text: str, *, complete: bool) -> tuple[str | None, list[dict[str, Any]]]:
+        """``parse`` for a JSON format: a reply that starts with a call is calls only
+        (what follows its last whole call is dropped, as vLLM's parser drops it)."""
+        body = json_body(text)
+        calls = json_calls(body) if body is not None else []
+        if calls:
+            return None, _unique(calls)
+        if body is not None and (self.whole_reply or not complete):
+            return (None if not complete else text), []  # a cut call is never content
+        return text, []
 
 
 def bounded_strings(
@@ -329,6 +361,8 @@ class ToolCallStream:
         self._text = ""  # everything fed so far (one string: feed runs once per delta)
         self._sent = 0
         self._in_call = plan.whole_reply and plan.active
+        self._json = plan.call_format.json_calls
+        self._decided = False  # a JSON format: whether the reply's start told call from text
 
     def feed(self, text: str) -> str:
         """Add streamed text; returns the content that can be sent now."""
@@ -336,6 +370,15 @@ class ToolCallStream:
         whole = self._text
         if self._in_call or not self._plan.active:
             return "" if self._in_call else self._release(len(whole))
+        if self._json:  # the first character tells a call from text: hold until it shows
+            if not self._decided:
+                if json_undecided(whole):
+                    return ""
+                self._decided = True
+                self._in_call = json_body(whole) is not None
+                if self._in_call:
+                    return ""
+            return self._release(len(whole))
         at = whole.find(CALL_OPEN, max(0, self._sent - len(CALL_OPEN)))
         if at >= 0:
             self._in_call = True
@@ -377,9 +420,15 @@ def _partial_tag(text: str) -> int:
 # -- conversations --------------------------------------------------------------------------------
 
 
-def render_tool_calls(content: str | None, calls: Sequence[Mapping[str, Any]], where: str) -> str:
+def render_tool_calls(
+    content: str | None,
+    calls: Sequence[Mapping[str, Any]],
+    where: str,
+    call_format: ToolFormat = HERMES,
+) -> str:
     """An assistant turn that made ``calls``, as the model wrote it (content, then the calls)."""
     parts = [content] if content else []
+    written: list[str] = []
     for j, call in enumerate(calls):
         field = f"{where}.tool_calls[{j}]"
         fn = call.get("function") if isinstance(call, Mapping) else None
@@ -392,14 +441,21 @@ def render_tool_calls(content: str | None, calls: Sequence[Mapping[str, Any]], w
             raise RequestRefused(
                 f"{field}.function.arguments", "function.arguments must be JSON text"
             ) from None
-        parts.append(
-            f"{CALL_OPEN}{json.dumps({'name': fn['name'], 'arguments': arguments})}{CALL_CLOSE}"
-        )
-    return "\n".join(parts)
+        if call_format.json_calls:
+            written.append(json_call_text(fn["name"], arguments))
+        else:
+            written.append(
+                f"{CALL_OPEN}{json.dumps({'name': fn['name'], 'arguments': arguments})}{CALL_CLOSE}"
+            )
+    if call_format.json_calls:  # the calls one after another, as the parser reads them
+        written = ["; ".join(written)] if written else []
+    return "\n".join([*parts, *written])
 
 
-def render_tool_result(content: str) -> str:
-    """A ``tool`` message's content as the model reads it."""
+def render_tool_result(content: str, call_format: ToolFormat = HERMES) -> str:
+    """A ``tool`` message's content as the model reads it (a JSON format: as it is)."""
+    if call_format.json_calls:
+        return content
     return f"<tool_response>\n{content}\n</tool_response>"
 
 

@@ -16,6 +16,7 @@ import anyio
 from ..engine_bridge import (
     EngineBridge,
     KVHandle,
+    ToolFormat,
     ToolPlan,
     render_tool_result,
     with_tool_instructions,
@@ -25,8 +26,13 @@ from ._schemas import ChatCompletionRequest
 from ._tools import history_calls
 
 
-def conversation(body: ChatCompletionRequest, plan: ToolPlan | None = None) -> list[dict[str, str]]:
-    """The conversation as role/content pairs, tool calls and results as the model reads them.
+def conversation(
+    body: ChatCompletionRequest,
+    plan: ToolPlan | None = None,
+    call_format: ToolFormat | None = None,
+) -> list[dict[str, str]]:
+    """The conversation as role/content pairs, tool calls and results as the model reads them
+    (in ``call_format``, the model's; Hermes when not given).
 
     ``messages`` is never empty here: the schema's ``minItems`` refuses that with a 400.
     """
@@ -42,7 +48,7 @@ def conversation(body: ChatCompletionRequest, plan: ToolPlan | None = None) -> l
                     f"{where}.tool_calls: only assistant messages make tool calls",
                     f"{where}.tool_calls",
                 )
-            text = history_calls(text, message.tool_calls, where)
+            text = history_calls(text, message.tool_calls, where, call_format)
             call_ids.update(str(c.get("id")) for c in message.tool_calls if isinstance(c, dict))
         if role == "tool":
             if message.tool_call_id is None:
@@ -56,7 +62,11 @@ def conversation(body: ChatCompletionRequest, plan: ToolPlan | None = None) -> l
                     f"assistant message (no call has id {message.tool_call_id!r})",
                     f"{where}.tool_call_id",
                 )
-            text = render_tool_result(text)
+            text = (
+                render_tool_result(text, call_format)
+                if call_format is not None
+                else render_tool_result(text)
+            )
         elif message.tool_call_id is not None:
             raise bad_request(
                 f"{where}.tool_call_id belongs to tool messages", f"{where}.tool_call_id"

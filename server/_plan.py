@@ -37,16 +37,17 @@ from ..engine_bridge import (
     with_tool_instructions,
 )
 from ._code_gate import server_code_policy
-from ._engine_errors import engine_error
 from ._errors import bad_request, invalid_collaboration
 from ._messages import check_length, compose, context_limit, conversation
 from ._params import check_parameters, check_sampling, max_tokens_of, sampling_fields, stops_of
 from ._presets import Preset
 from ._render import Stamp
+from ._run import engine_error
 from ._schemas import ChatCompletionRequest
 from ._sessions import SessionPlan
 from ._state import ServerState, engine_for
 from ._tokens import unknown_token
+from ._tool_prompt import templated_prompt
 from ._tools import tool_plan
 
 DEFAULT_MAX_TOKENS = 512
@@ -163,7 +164,8 @@ async def _plan_completion(
     bridge = engine_for(state, body.model)
     check_parameters(body, collaboration=False)
     check_sampling(body, state.limits.max_n)
-    tools = tool_plan(body.tools, body.tool_choice, body.parallel_tool_calls)
+    call_format = bridge.tool_format
+    tools = tool_plan(body.tools, body.tool_choice, body.parallel_tool_calls, call_format)
     fields = sampling_fields(body)
     if tools is not None and tools.active and any(k in fields for k in JSON_FORMATS):
         if not tools.whole_reply:
@@ -173,9 +175,12 @@ async def _plan_completion(
         # a forced call is the whole reply: the format shapes text the reply has none of
         # (instructor's Responses mode sends both, the format the call's own schema)
         fields = {k: v for k, v in fields.items() if k not in JSON_FORMATS}
-    messages = state.sessions.splice(tenant, bridge, conversation(body, tools))
-    context = await compose(bridge, messages)
-    prompt = bridge.chat.generation_prompt(context)
+    # the model's template places tools and calls itself where it has a tool format
+    prompt = await templated_prompt(bridge, body, tools)
+    if prompt is None:
+        turns = conversation(body, tools, call_format)
+        context = await compose(bridge, state.sessions.splice(tenant, bridge, turns))
+        prompt = bridge.chat.generation_prompt(context)
     return _completion_plan(state, body, tenant, bridge, prompt, tools, fields)
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from ._engine_flags import ENGINE_SIZES_NOTE, engine_parser
 from ._presets import preset_option
 from ._remote import add_remote_options
+from ._tool_flags import add_tool_call_options
 
 #: Environment variables that hold API keys (several: comma-separated), read by ``serve``
 #: besides ``--api-key``/``--api-key-file``: unlike an argument, they never show in ``ps``.
@@ -358,6 +359,7 @@ def add_serve_options(serve: argparse.ArgumentParser) -> None:
         help="export each collaboration's OpenTelemetry trace (GenAI conventions) to this "
         "OTLP/HTTP collector, e.g. http://127.0.0.1:6006 (Phoenix); off by default",
     )
+    add_tool_call_options(serve)
     sessions = serve.add_argument_group("sessions (KV kept for a client's next turn)")
     sessions.add_argument(
         "--session-ttl",

@@ -23,6 +23,7 @@ from ..engine_bridge.scripted import ScriptedEngine
 from ._engine_flags import bridge_settings, flag_name, given_engine_flags
 from ._remote import make_remotes
 from ._serve_options import engine_value, serve_keys
+from ._tool_flags import apply_tool_format, tool_format_of
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -177,9 +178,11 @@ def served_app(args: argparse.Namespace, *, open_engines: bool = False) -> Serve
         remotes = make_remotes(args)
         api_keys, admin_keys = serve_keys(args)
         presets = load_presets(getattr(args, "presets", ()))
+        call_format = tool_format_of(args)  # --tool-call-parser, --enable-auto-tool-choice
     except ValueError as exc:
         raise CliUsageError(str(exc)) from None
     bridges = make_bridges(args)
+    apply_tool_format(bridges, call_format)
     log = engine_log(args, bridges)
     taken = {b.model for b in bridges}
     clash = sorted(taken & {r.model for r in remotes})

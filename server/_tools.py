@@ -26,6 +26,7 @@ from ..engine_bridge import (
     FunctionTool,
     RequestRefused,
     ToolChoice,
+    ToolFormat,
     ToolPlan,
     render_tool_calls,
 )
@@ -39,8 +40,13 @@ def tool_plan(
     tools: Sequence[Mapping[str, Any]] | None,
     tool_choice: str | Mapping[str, Any] | None,
     parallel_tool_calls: bool | None,
+    call_format: ToolFormat | None = None,
 ) -> ToolPlan | None:
-    """The request's tools, checked (a 400 naming the field at fault); ``None`` without tools."""
+    """The request's tools, checked (a 400 naming the field at fault); ``None`` without tools.
+
+    ``call_format``: the model's (``serve --tool-call-parser``); a format that does not
+    allow ``auto`` refuses it with vLLM's 400.
+    """
     if not tools:  # ``tools: []`` is no tools (the OpenAI Agents SDK sends it for every agent)
         if tool_choice not in (None, "none", "auto"):
             raise bad_request("tool_choice needs tools", "tool_choice")
@@ -54,7 +60,15 @@ def tool_plan(
     if len(set(names)) != len(names):
         raise bad_request("tools: function names must be unique", "tools")
     choice, named = _choice(tool_choice, names)
-    return ToolPlan(tuple(parsed), choice, named, parallel_tool_calls)
+    if call_format is None:
+        return ToolPlan(tuple(parsed), choice, named, parallel_tool_calls)
+    if choice == "auto" and not call_format.auto:
+        raise bad_request(
+            '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser '
+            "to be set",
+            "tool_choice",
+        )
+    return ToolPlan(tuple(parsed), choice, named, parallel_tool_calls, call_format)
 
 
 def _function_tool(raw: Mapping[str, Any], where: str) -> FunctionTool:
@@ -132,9 +146,16 @@ def check_json_schema(schema: object, param: str) -> None:
         raise bad_request(f"{param}: $ref is not supported", param)
 
 
-def history_calls(content: str | None, calls: Sequence[Mapping[str, Any]], where: str) -> str:
+def history_calls(
+    content: str | None,
+    calls: Sequence[Mapping[str, Any]],
+    where: str,
+    call_format: ToolFormat | None = None,
+) -> str:
     """An assistant message's ``tool_calls`` as the model wrote them (a 400 when malformed)."""
     try:
+        if call_format is not None:
+            return render_tool_calls(content, calls, where, call_format)
         return render_tool_calls(content, calls, where)
     except RequestRefused as exc:
         raise bad_request(f"{exc.field}: {exc.reason}", exc.field) from None

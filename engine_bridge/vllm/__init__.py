@@ -11,5 +11,6 @@ from .._tier_stats import TierStats as TierStats
 from ._bridge import VLLMBridge as VLLMBridge
 from ._models import prepare_model as prepare_model
 from ._models import resolve_model as resolve_model
+from ._tool_parsers import vllm_tool_parsers as vllm_tool_parsers
 
-__all__ = ["TierStats", "VLLMBridge", "prepare_model", "resolve_model"]
+__all__ = ["TierStats", "VLLMBridge", "prepare_model", "resolve_model", "vllm_tool_parsers"]

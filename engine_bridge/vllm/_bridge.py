@@ -532,10 +532,12 @@ class VLLMBridge(EngineBridge):
             )
 
         base = ("system", "user", "assistant")
+        # the template rendered whole: a conversation with tools, where it has a tool format
+        render = tok.render_chat
         try:  # tool results have a turn of their own where the template renders one
-            return ChatComposer(template((*base, "tool")), self)
+            return ChatComposer(template((*base, "tool")), self, render)
         except Exception:  # a template that refuses the role (jinja raise_exception)
-            return ChatComposer(template(base), self)
+            return ChatComposer(template(base), self, render)
 
     # -- requests ----------------------------------------------------------------------
     def check_request(self, prompt: KVHandle, sampling: Sampling) -> None:

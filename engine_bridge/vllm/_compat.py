@@ -207,11 +207,16 @@ class HFTokenizer:
         return bool(getattr(self._tok, "chat_template", None))
 
     def render_chat(
-        self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = False
+        self,
+        messages: Sequence[Mapping[str, object]],
+        add_generation_prompt: bool = False,
+        tools: Sequence[Mapping[str, object]] | None = None,
     ) -> str:
-        """The chat template rendered to text (never tokenized here: the composer splices ids)."""
+        """The chat template rendered to text (never tokenized here: the composer splices
+        ids); ``tools``: the OpenAI tool list, for a template with a tool format."""
         out = self._tok.apply_chat_template(
             [dict(m) for m in messages],
+            tools=None if tools is None else [dict(t) for t in tools],
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
         )
