@@ -15,6 +15,9 @@ from ._bridge import SchedulerSnapshot as SchedulerSnapshot
 from ._chat import ChatComposer as ChatComposer
 from ._chat import ChatTemplate as ChatTemplate
 from ._chat import Message as Message
+from ._chat_template import check_chat_template as check_chat_template
+from ._chat_template import jinja_renderer as jinja_renderer
+from ._chat_template import load_chat_template as load_chat_template
 from ._errors import EngineBridgeError as EngineBridgeError
 from ._errors import EngineDied as EngineDied
 from ._errors import EngineUnavailable as EngineUnavailable
@@ -113,8 +116,11 @@ __all__ = [
     "UnknownAdapter",
     "VLLMBridge",
     "cache_salt",
+    "check_chat_template",
     "current_cache_salt",
     "find_cause",
+    "jinja_renderer",
+    "load_chat_template",
     "open_bridges",
     "prepare_model",
     "render_tool_calls",

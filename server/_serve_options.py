@@ -221,6 +221,54 @@ def add_verbose(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     )
 
 
+def _json_list(text: str) -> list[str]:
+    """A CORS option's value: a JSON list of strings, as vLLM takes it."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise argparse.ArgumentTypeError(
+            f"expected a JSON list of strings such as '[\"https://app.example\"]', got {text!r}"
+        )
+    return value
+
+
+def add_cors_options(p: argparse.ArgumentParser) -> None:
+    """vLLM's CORS front-end flags, with its names, JSON-list values and defaults
+    (``served_app`` applies them with Starlette's ``CORSMiddleware``)."""
+    g = p.add_argument_group(
+        "CORS", "browser access from other origins, as `vllm serve` takes it (off by default)"
+    )
+    g.add_argument(
+        "--allowed-origins",
+        type=_json_list,
+        default=[],
+        metavar="JSON",
+        help="origins a browser may call from, e.g. '[\"https://app.example\"]' or "
+        "'[\"*\"]' (default []: cross-origin access is disabled)",
+    )
+    g.add_argument(
+        "--allowed-methods",
+        type=_json_list,
+        default=["*"],
+        metavar="JSON",
+        help='methods allowed across origins (default ["*"])',
+    )
+    g.add_argument(
+        "--allowed-headers",
+        type=_json_list,
+        default=["*"],
+        metavar="JSON",
+        help='request headers allowed across origins (default ["*"])',
+    )
+    g.add_argument(
+        "--allow-credentials",
+        action="store_true",
+        help="allow credentials (cookies, Authorization) on cross-origin requests",
+    )
+
+
 def add_serve_options(serve: argparse.ArgumentParser) -> None:
     """``microagent serve``'s options (also parsed alone by ``serve_options``)."""
     serve.add_argument(
@@ -356,8 +404,20 @@ def add_serve_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--otlp-endpoint",
         metavar="URL",
-        help="export each collaboration's OpenTelemetry trace (GenAI conventions) to this "
-        "OTLP/HTTP collector, e.g. http://127.0.0.1:6006 (Phoenix); off by default",
+        help="export each collaboration's OpenTelemetry trace and the GenAI metrics "
+        "(semantic conventions) to this OTLP collector, e.g. http://127.0.0.1:6006 "
+        "(Phoenix). Without it, OTEL_EXPORTER_OTLP_ENDPOINT or "
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT turns the export on; OTEL_SERVICE_NAME, "
+        "OTEL_EXPORTER_OTLP_PROTOCOL (http/protobuf or grpc), OTEL_METRICS_EXPORTER=none "
+        "and OTEL_SDK_DISABLED=true apply (docs/observability.md); off by default",
+    )
+    add_cors_options(serve)
+    serve.add_argument(
+        "--chat-template",
+        metavar="FILE_OR_TEMPLATE",
+        help="the chat template of the model (the first, with several), as vLLM takes it: "
+        "a file path, or the Jinja template itself inline; it renders every prompt instead "
+        "of the tokenizer's template (default: the tokenizer's)",
     )
     add_tool_call_options(serve)
     sessions = serve.add_argument_group("sessions (KV kept for a client's next turn)")

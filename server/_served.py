@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..collab.trace import otlp_tracing
+from ..collab.trace import otlp_tracing_from_env
 from ..console import EngineLog, quiet_engine_logs
-from ..engine_bridge import EngineBridge, VLLMBridge
+from ..engine_bridge import EngineBridge, VLLMBridge, check_chat_template, load_chat_template
 from ..engine_bridge.scripted import ScriptedEngine
 from ._engine_flags import bridge_settings, flag_name, given_engine_flags
 from ._remote import make_remotes
@@ -79,8 +79,9 @@ def make_bridges(args: argparse.Namespace) -> list[EngineBridge]:
     """
     models = serve_models(args)
     engine_args = {k: engine_value(v) for k, v in args.engine_arg}
+    template = chat_template(args)
     if args.engine == "scripted":
-        return _scripted(args, models, engine_args)
+        return _scripted(args, models, engine_args, template)
     try:
         settings = bridge_settings(args, engine_args)
     except ValueError as exc:
@@ -92,6 +93,7 @@ def make_bridges(args: argparse.Namespace) -> list[EngineBridge]:
                 model,
                 served_name=settings.served_name if i == 0 else None,
                 adapters=dict(args.adapter) if i == 0 else None,
+                chat_template=template if i == 0 else None,
                 engine_args=settings.engine_args,
                 **settings.bridge,  # type: ignore[arg-type]
             )
@@ -102,8 +104,30 @@ def make_bridges(args: argparse.Namespace) -> list[EngineBridge]:
     return bridges
 
 
+def chat_template(args: argparse.Namespace) -> str | None:
+    """``--chat-template``'s template (a file's text, or the value inline), parsed once
+    so that a bad one stops the server before any engine starts; None when not given.
+
+    Raises:
+        CliUsageError: no file at a path-like value, or a template that is not valid
+            Jinja (the message names ``--chat-template``).
+    """
+    value: str | None = getattr(args, "chat_template", None)
+    if value is None:
+        return None
+    try:
+        template = load_chat_template(value)
+        check_chat_template(template)
+    except ValueError as exc:
+        raise CliUsageError(str(exc)) from None
+    return template
+
+
 def _scripted(
-    args: argparse.Namespace, models: Sequence[str], engine_args: dict[str, Any]
+    args: argparse.Namespace,
+    models: Sequence[str],
+    engine_args: dict[str, Any],
+    template: str | None = None,
 ) -> list[EngineBridge]:
     """``--engine scripted``: ScriptedEngines; of vLLM's flags, only ``--max-num-seqs``."""
     given = given_engine_flags(args)
@@ -122,7 +146,12 @@ def _scripted(
         raise CliError("--kv-host-bytes, --kv-disk-bytes and --kv-tier-policy need --engine vllm")
     engine_args.setdefault("history_limit", SCRIPTED_HISTORY)
     return [
-        ScriptedEngine(model=m if m != "default" else "scripted", **engine_args) for m in models
+        ScriptedEngine(
+            model=m if m != "default" else "scripted",
+            chat_template=template if i == 0 else None,
+            **engine_args,
+        )
+        for i, m in enumerate(models)
     ]
 
 
@@ -178,6 +207,7 @@ def served_app(args: argparse.Namespace, *, open_engines: bool = False) -> Serve
         remotes = make_remotes(args)
         api_keys, admin_keys = serve_keys(args)
         presets = load_presets(getattr(args, "presets", ()))
+        tracing = otlp_tracing_from_env(args.otlp_endpoint)  # and the OTEL_* variables
         call_format = tool_format_of(args)  # --tool-call-parser, --enable-auto-tool-choice
     except ValueError as exc:
         raise CliUsageError(str(exc)) from None
@@ -222,9 +252,25 @@ def served_app(args: argparse.Namespace, *, open_engines: bool = False) -> Serve
                 shared_cache=args.shared_prefix_cache,
                 key_retention_share=args.key_retention_share,
             ),
-            tracing=otlp_tracing(args.otlp_endpoint) if args.otlp_endpoint else None,
+            tracing=tracing,
             presets=presets,
         )
     except ValueError as exc:  # a bad preset: its file and field named
         raise CliUsageError(str(exc)) from None
+    add_cors(app, args)
     return ServedApp(app, tuple(bridges), drain, log)
+
+
+def add_cors(app: FastAPI, args: argparse.Namespace) -> None:
+    """vLLM's CORS flags on ``app``, as ``vllm serve`` applies them: Starlette's
+    ``CORSMiddleware``, outermost, so a browser's preflight is answered before the
+    API key check (which it cannot pass) and every answer carries the headers."""
+    from starlette.middleware.cors import CORSMiddleware
+
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=args.allowed_origins,
+        allow_credentials=args.allow_credentials,
+        allow_methods=args.allowed_methods,
+        allow_headers=args.allowed_headers,
+    )

@@ -74,12 +74,13 @@ import attrs
 
 from .._bridge import EngineBridge, EngineRequest, EngineStep, SchedulerSnapshot
 from .._chat import ChatComposer, ChatTemplate
+from .._chat_template import jinja_renderer
 from .._errors import EngineDied, EngineUnavailable, RequestRefused
 from .._handle import AdapterRef, KVHandle
 from .._retention import RetentionStats, RetentionTable
 from .._tier_order import DEFAULT_COPY_RATE, TierSessions
 from .._tier_stats import TierStats
-from .._tokenizer import IM_END, ToyTokenizer
+from .._tokenizer import IM_END, SPECIAL_TOKENS, ToyTokenizer
 from .._types import FinishReason, Sampling, TokenLogprob
 from ._json_instance import example_instance
 from ._step_cost import StepClock, StepCost
@@ -178,6 +179,10 @@ class ScriptedEngine(EngineBridge):
             retention as without a tier).
         tier_copy_rate: tokens per second the tier copies back: the load time when the
             engine models time, and what retention reckons losing a session costs.
+        chat_template: a Jinja chat template (vLLM's ``--chat-template``) that renders
+            the chat instead of ChatML; its turns end with ``<|im_end|>``, the toy
+            tokenizer's end of turn. A template that does not compile or splice is a
+            ``ValueError``.
     """
 
     def __init__(
@@ -199,6 +204,7 @@ class ScriptedEngine(EngineBridge):
         host_tier_blocks: int = 0,
         tier_policy: Literal["sessions", "lru"] = "sessions",
         tier_copy_rate: float = DEFAULT_COPY_RATE,
+        chat_template: str | None = None,
     ) -> None:
         super().__init__(model, block_size=block_size)
         if block_size < 1 or num_blocks < 1 or max_num_seqs < 1:
@@ -222,9 +228,27 @@ class ScriptedEngine(EngineBridge):
         self.retention_ttl = retention_ttl
         self.tokenizer = ToyTokenizer(words=[f" {w}" for w in WORDS] + [*WORDS, "."])
         self.eot_token_id = self.tokenizer.token_id(IM_END)
-        self.chat = ChatComposer(
-            ChatTemplate.chatml(self.tokenize, self.eot_token_id, (*_CHAT_ROLES, "tool")), self
-        )
+        roles = (*_CHAT_ROLES, "tool")
+        if chat_template is None:
+            template = ChatTemplate.chatml(self.tokenize, self.eot_token_id, roles)
+        else:  # fragments derived by rendering, as a real model's template's are
+            render = jinja_renderer(chat_template, eos_token=IM_END)
+
+            def derive(roles: tuple[str, ...]) -> ChatTemplate:
+                return ChatTemplate.from_renderer(
+                    render,
+                    self.tokenize,
+                    eot_token_id=self.eot_token_id,
+                    eot_text=IM_END,
+                    roles=roles,
+                    markers=SPECIAL_TOKENS,
+                )
+
+            try:  # tool results get a turn of their own where the template renders one
+                template = derive(roles)
+            except ValueError:
+                template = derive(_CHAT_ROLES)
+        self.chat = ChatComposer(template, self)
         #: every request started, oldest first (the latest ``history_limit`` when set)
         self.history: list[EngineRequest] = []
         self.history_limit = history_limit

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -135,6 +136,9 @@ class VLLMBridge(EngineBridge):
             times instead of 30 s (losing them costs a copy). ``"lru"`` is vLLM's
             stock policy (write-through, least recently used) with retention as
             without a tier. See ``docs/tiers.md``.
+        chat_template: a Jinja chat template (text) that renders this model's chat
+            instead of its tokenizer's (vLLM's ``--chat-template``; read a file with
+            ``load_chat_template``).
         home: cache root for the default model and the file tier (default
             ``$MICROAGENT_HOME``).
         progress: show a progress bar while preparing the default model.
@@ -164,6 +168,7 @@ class VLLMBridge(EngineBridge):
         host_tier_bytes: int = 0,
         disk_tier_bytes: int = 0,
         tier_policy: Literal["sessions", "lru"] = "sessions",
+        chat_template: str | None = None,
         home: Path | None = None,
         progress: bool = True,
     ) -> None:
@@ -217,6 +222,7 @@ class VLLMBridge(EngineBridge):
         self._expiry_task: asyncio.Task[None] | None = None
         self._expiry_wake = asyncio.Event()
         self._home = home
+        self.chat_template = chat_template
         self._progress = progress
         self.model_path: Path | str | None = None
         self.engine_start_seconds: list[float] = []
@@ -252,7 +258,11 @@ class VLLMBridge(EngineBridge):
                     resolve_model, self.model_spec, home=self._home, progress=self._progress
                 )
             if self._tokenizer is None:
-                self._tokenizer = await asyncio.to_thread(compat.HFTokenizer, str(self.model_path))
+                self._tokenizer = await asyncio.to_thread(
+                    functools.partial(
+                        compat.HFTokenizer, str(self.model_path), chat_template=self.chat_template
+                    )
+                )
                 self.chat = self._make_chat()
             await self._start_engine()
 

@@ -150,7 +150,16 @@ class HFTokenizer:
     release; loading the HF tokenizer ourselves gives one stable surface.
     """
 
-    def __init__(self, model: str, *, trust_remote_code: bool = False, revision: str | None = None):
+    def __init__(
+        self,
+        model: str,
+        *,
+        trust_remote_code: bool = False,
+        revision: str | None = None,
+        chat_template: str | None = None,
+    ):
+        #: a template that renders the chat instead of the tokenizer's (``--chat-template``)
+        self.chat_template = chat_template
         # bridges open their tokenizers in worker threads; transformers' lazy modules are
         # not safe to load from two at once (measured: two bridges opening together
         # failed with "cannot import name 'AutoTokenizer'")
@@ -204,7 +213,7 @@ class HFTokenizer:
 
     @property
     def has_chat_template(self) -> bool:
-        return bool(getattr(self._tok, "chat_template", None))
+        return bool(self.chat_template or getattr(self._tok, "chat_template", None))
 
     def render_chat(
         self,
@@ -219,6 +228,7 @@ class HFTokenizer:
             tools=None if tools is None else [dict(t) for t in tools],
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
+            chat_template=self.chat_template,  # None: the tokenizer's own
         )
         if isinstance(out, str):
             return out
