@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 sys.path.insert(0, str(HERE))
 
-from _sections import FamilyReport, Headline, date_cell, page, publish, x  # noqa: E402
+from _sections import FamilyReport, Headline, data_line, date_cell, page, publish, x  # noqa: E402
 
 #: (in, out) features of one SmolLM2-135M decoder layer's linears: qkv, o, gate-up, down
 SHAPES = ((576, 960), (576, 576), (576, 3072), (1536, 576))
@@ -165,7 +165,7 @@ def family_report(results: Path = RESULTS) -> FamilyReport:
         page=page(
             "The CPU engine's RSS per batch shape and allocator (`bench/engine_rss.py`)",
             __doc__,
-            [("Results", tables(data))],
+            [("Results", tables(data) + "\n" + data_line("engine_rss.json"))],
         ),
     )
 

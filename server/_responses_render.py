@@ -22,25 +22,31 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
-from starlette.responses import Response
+import attrs
+from starlette.responses import JSONResponse, Response
 
-from ..collab import CollaborationEvent, Outcome
-from ..engine_bridge import ToolCallStream
+from ..collab import Outcome
+from ..engine_bridge import GenerationResult
 from ._admit import Admitted
 from ._errors import ApiError
 from ._plan import CollaborationPlan, CompletionPlan
 from ._render import choice
 from ._response_store import ResponseStore
 from ._responses_api import ResponsesRequest
-from ._retry import EngineLost, count_lost, engine_cause, retry_after
 from ._run import (
-    collaboration_turn_done,
-    engine_error,
-    first_error,
-    run_collaboration,
-    turn_done,
+    Answered,
+    ChoiceFinished,
+    Completed,
+    EngineEvent,
+    Failed,
+    TextDelta,
+    ToolCalls,
+    Usage,
+    stream_choices,
+    stream_collaboration,
 )
 from ._sse import DONE, EventBuffer, StreamItem
 from ._state import ServerState
@@ -228,64 +234,124 @@ class _Events:
         self.buffer.put(StreamItem(build=lambda _t: DONE))
 
 
-def stream_completion_response(
-    state: ServerState,
-    request: ResponsesRequest,
-    plan: CompletionPlan,
-    admitted: Admitted,
-    store: ResponseStore,
-) -> Response:
-    """A plain completion streamed as Responses events (text deltas as they come; each
-    call as one ``function_call`` item when the reply ends)."""
-    bridge, session = plan.bridge, plan.session
-    meter = admitted.meter
-    assert meter is not None  # a stream is admitted with one
-    buffer = state.event_buffer()
-    events = _Events(buffer)
-    shape = ResponseShape(request, plan.stamp.model)
+@attrs.frozen
+class ResponsesRenderer:
+    """Renders a plan's run as a ``response`` object or its events, and stores it when it
+    finished (``keep_response``) for ``tenant``."""
 
-    async def produce(buf: EventBuffer) -> None:
-        events.put("response.created", response=shape.body([], status="in_progress"))
-        events.put("response.in_progress", response=shape.body([], status="in_progress"))
-        calls = ToolCallStream(plan.tools) if plan.tools is not None else None
-        sent: list[str] = []
+    request: ResponsesRequest
+    store: ResponseStore
+    tenant: str
 
-        def send(text: str) -> None:
-            if not sent:
+    def completion(self, plan: CompletionPlan, done: Completed) -> Response:
+        """A finished plain completion's ``response`` object."""
+        first = choice(plan.bridge, 0, done.choices[0].result, plan.tools, 0)
+        reply = completion_response(
+            self.request, plan, first["message"], first["finish_reason"], done.usage.counts
+        )
+        keep_response(self.store, self.tenant, self.request, reply)
+        return JSONResponse(reply)
+
+    def collaboration(self, plan: CollaborationPlan, outcome: Outcome) -> Response:
+        """A finished collaboration's ``response`` object."""
+        reply = collaboration_result(self.request, plan, outcome)
+        keep_response(self.store, self.tenant, self.request, reply)
+        return JSONResponse(reply)
+
+    def stream_completion(
+        self, state: ServerState, plan: CompletionPlan, admitted: Admitted
+    ) -> Response:
+        """A plain completion streamed as Responses events (text deltas as they come; each
+        call as one ``function_call`` item when the reply ends)."""
+        buffer = state.event_buffer()
+        render = _CompletionEvents(self, plan, buffer)
+
+        async def produce(_buf: EventBuffer) -> None:
+            render.begin()
+            await stream_choices(state, plan, admitted, render)
+
+        return state.sse_response(produce, buffer, admitted.release)
+
+    def stream_collaboration(
+        self, state: ServerState, plan: CollaborationPlan, admitted: Admitted
+    ) -> Response:
+        """A collaboration streamed as Responses events: the answer as one message when the
+        collaboration ends (its agents' progress is on the chat route's stream)."""
+        buffer = state.event_buffer()
+        events = _Events(buffer)
+        shape = ResponseShape(self.request, plan.stamp.model)
+
+        def render(event: EngineEvent) -> None:
+            if isinstance(event, Failed):
+                events.error(event.error)
+            elif isinstance(event, Answered):
+                outcome = event.outcome
                 events.open_message(shape)
-            sent.append(text)
-            events.text_delta(shape, text)
+                events.text_delta(shape, outcome.answer)
+                item = events.close_message(shape, outcome.answer)
+                u = outcome.usage
+                used = (u.prompt_tokens, u.cached_tokens, u.completion_tokens)
+                final = shape.body(
+                    [item], status="completed", usage=used, collaboration=outcome.to_dict()
+                )
+                keep_response(self.store, self.tenant, self.request, final)
+                events.put("response.completed", response=final)
+                buffer.put(StreamItem(build=lambda _t: DONE))
 
-        made: list[dict[str, Any]] = []
-        try:
-            async with bridge.stream(
-                plan.prompt, plan.sampling, priority=session.priority, retain=session.retain
-            ) as gen:
-                meter.add(len(plan.prompt))
-                async for delta in gen:
-                    meter.add(len(delta.token_ids))
-                    text = bridge.chat.content(delta.text)
-                    if calls is not None:
-                        text = calls.feed(text)
-                    if text:
-                        send(text)
-                result = gen.result
-            assert result is not None
-            if calls is not None and result.finish_reason in ("stop", "length"):
-                unsent, made = calls.finish(complete=result.finish_reason == "stop")
-                if unsent:
-                    send(unsent)
-            message: dict[str, Any] = choice(bridge, 0, result, plan.tools, 0)["message"]
-            await turn_done(state, bridge, plan.tenant, session, result, message)
-        except Exception as exc:
-            hint = retry_after([bridge], state.limits.retry_after)
-            error = engine_error(engine_cause(exc) or first_error(exc), hint)
-            if isinstance(error, EngineLost):
-                count_lost(state.metrics, "completion", "stream")
-            events.error(error)
-            return
-        finally:
-            admitted.release()
+        async def produce(_buf: EventBuffer) -> None:
+            events.put("response.created", response=shape.body([], status="in_progress"))
+            events.put("response.in_progress", response=shape.body([], status="in_progress"))
+            await stream_collaboration(state, plan, admitted, render)
+
+        return state.sse_response(produce, buffer, admitted.release)
+
+
+class _CompletionEvents:
+    """A plain completion's events as Responses events: the message's text as it comes,
+    then its calls' items, then ``response.completed`` (or ``.incomplete``)."""
+
+    def __init__(self, renderer: ResponsesRenderer, plan: CompletionPlan, buffer: EventBuffer):
+        self.renderer = renderer
+        self.buffer = buffer
+        self.events = _Events(buffer)
+        self.shape = ResponseShape(renderer.request, plan.stamp.model)
+        self.sent: list[str] = []
+        self.made: list[Mapping[str, Any]] = []
+        self.result: GenerationResult | None = None
+
+    def begin(self) -> None:
+        shape = self.shape
+        self.events.put("response.created", response=shape.body([], status="in_progress"))
+        self.events.put("response.in_progress", response=shape.body([], status="in_progress"))
+
+    def __call__(self, event: EngineEvent) -> None:
+        if isinstance(event, TextDelta):
+            if event.text:
+                self._send(event.text)
+        elif isinstance(event, ToolCalls):
+            self.made = list(event.calls)
+        elif isinstance(event, ChoiceFinished):
+            self.result = event.result
+        elif isinstance(event, Usage):
+            self._finish(event)
+        elif isinstance(event, Failed):
+            self.events.error(event.error)
+
+    def _send(self, text: str) -> None:
+        if not self.sent:
+            self.events.open_message(self.shape)
+        self.sent.append(text)
+        self.events.text_delta(self.shape, text)
+
+    def _finish(self, used: Usage) -> None:
+        events, shape, sent, made, result = (
+            self.events,
+            self.shape,
+            self.sent,
+            self.made,
+            self.result,
+        )
+        assert result is not None
         output: list[dict[str, Any]] = []
         if sent or not (made or result.finish_reason == "length"):
             if not sent:
@@ -293,7 +359,7 @@ def stream_completion_response(
             output.append(events.close_message(shape, "".join(sent)))
         for call in made:
             index = len(output)
-            item = _call_item(call)
+            item = _call_item(dict(call))
             started = {**item, "arguments": "", "status": "in_progress"}
             events.put("response.output_item.added", output_index=index, item=started)
             at = {"item_id": item["id"], "output_index": index}
@@ -302,61 +368,9 @@ def stream_completion_response(
             events.put("response.function_call_arguments.done", **done, **at)
             events.put("response.output_item.done", output_index=index, item=item)
             output.append(item)
-        used = (result.prompt_tokens, result.cached_tokens, result.completion_tokens)
-        state.metrics.add_usage(*used, model=bridge.model)
         status = "incomplete" if result.finish_reason == "length" and not made else "completed"
-        final = shape.body(output, status=status, usage=used)
-        keep_response(store, plan.tenant, request, final)
+        final = shape.body(output, status=status, usage=used.counts)
+        r = self.renderer
+        keep_response(r.store, r.tenant, r.request, final)
         events.put(f"response.{status}", response=final)
-        buf.put(StreamItem(build=lambda _t: DONE))
-
-    return state.sse_response(produce, buffer, admitted.release)
-
-
-def stream_collaboration_response(
-    state: ServerState,
-    request: ResponsesRequest,
-    plan: CollaborationPlan,
-    admitted: Admitted,
-    store: ResponseStore,
-) -> Response:
-    """A collaboration streamed as Responses events: the answer as one message when the
-    collaboration ends (its agents' progress is on the chat route's stream)."""
-    meter = admitted.meter
-    assert meter is not None
-    buffer = state.event_buffer()
-    events = _Events(buffer)
-    shape = ResponseShape(request, plan.stamp.model)
-
-    def on_event(event: CollaborationEvent) -> None:
-        if event.type == "agent_finished":  # each engine request's usage, as it ends
-            data = event.to_dict()
-            used = [data.get("prompt_tokens"), data.get("completion_tokens")]
-            meter.add(sum(n for n in used if isinstance(n, int)))
-
-    async def produce(buf: EventBuffer) -> None:
-        events.put("response.created", response=shape.body([], status="in_progress"))
-        events.put("response.in_progress", response=shape.body([], status="in_progress"))
-        try:
-            outcome = await run_collaboration(state, plan, on_event)
-        except ApiError as exc:
-            if isinstance(exc, EngineLost):
-                mode = plan.prepared.op.name
-                state.metrics.inc("microagent:collaborations_total", mode=mode, status="failed")
-                count_lost(state.metrics, "collaboration", "stream")
-            events.error(exc)
-            return
-        finally:
-            admitted.release()
-        await collaboration_turn_done(state, plan, outcome.answer)
-        events.open_message(shape)
-        events.text_delta(shape, outcome.answer)
-        item = events.close_message(shape, outcome.answer)
-        u = outcome.usage
-        used = (u.prompt_tokens, u.cached_tokens, u.completion_tokens)
-        final = shape.body([item], status="completed", usage=used, collaboration=outcome.to_dict())
-        keep_response(store, plan.tenant, request, final)
-        events.put("response.completed", response=final)
-        buf.put(StreamItem(build=lambda _t: DONE))
-
-    return state.sse_response(produce, buffer, admitted.release)
+        self.buffer.put(StreamItem(build=lambda _t: DONE))

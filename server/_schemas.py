@@ -1,8 +1,9 @@
 """Request models of the HTTP API: OpenAI Chat Completions plus ``agents`` and ``collaboration``.
 
 Only requests are modelled with pydantic (they drive validation and the
-OpenAPI schema); responses are plain dicts built in ``_render`` and ``_stream``; ``_openapi`` adds
-the rules JSON Schema can express beyond the fields' types. Types are
+OpenAPI schema); responses are plain dicts built in ``_render``, ``_chat_render``
+and ``_responses_render``; ``_openapi`` adds the rules JSON Schema can express
+beyond the fields' types. Types are
 strict — a string where a number belongs is a 400, not a silent coercion.
 An agent is not modelled here: its schema is ``AgentSpec``'s (``AgentSpec.json_schema``)
 and ``AgentSpec.from_dict`` validates it, so the two can never disagree.

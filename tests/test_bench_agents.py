@@ -200,15 +200,6 @@ def test_a_worse_p95_fails_the_no_worse_target() -> None:
     assert worse["measured"] == pytest.approx(1.5) and worse["met"] is False
 
 
-def test_the_benchmarks_section_is_replaced_not_duplicated(tmp_path: Path) -> None:
-    md = tmp_path / "BENCHMARKS.md"
-    md.write_text("# Benchmarks\n")
-    R.update_benchmarks(md, "table one\n", "x.png")
-    R.update_benchmarks(md, "table two\n", "x.png")
-    text = md.read_text()
-    assert text.count(R.BEGIN) == 1 and "table two" in text and "table one" not in text
-
-
 # -- a tiny scripted run, then a resumed one ---------------------------------------------------
 
 TINY = [

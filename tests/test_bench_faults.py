@@ -5,7 +5,6 @@ No engine: the benchmark itself runs by hand on a quiet machine (see BENCHMARKS.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import _faults_report as R
@@ -58,14 +57,3 @@ def test_summary_and_table() -> None:
     assert "NOT a quiet machine" not in table
     forced = {**DATA, "machine": {**DATA["machine"], "forced": True}}
     assert "NOT a quiet machine" in R.table(forced)
-
-
-def test_benchmarks_section_is_replaced_in_place(tmp_path: Path) -> None:
-    path = tmp_path / "BENCHMARKS.md"
-    path.write_text("# Benchmarks\n\nintro\n")
-    R.update_benchmarks(path, "PLACEHOLDER\n")
-    R.update_benchmarks(path, R.table(DATA))
-    text = path.read_text()
-    assert text.count(R.BEGIN) == 1 and text.count(R.END) == 1
-    assert "PLACEHOLDER" not in text and "abort → scheduler running 0" in text
-    assert text.startswith("# Benchmarks\n\nintro\n")

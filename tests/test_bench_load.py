@@ -5,8 +5,6 @@ No engine: the benchmark itself is run by hand on a quiet machine (see BENCHMARK
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import _load_report as R
 import load as L
 import pytest
@@ -136,15 +134,6 @@ def test_an_output_and_a_prompt_count_only_once_their_request_finished() -> None
     assert prefill([running, after]).recomputed_tokens == 256
     twin = rec(1, 10, [*ctx, *ctx, 5], [], 0)  # concurrent cold twins: duplicated, not evicted
     assert prefill([rec(0, 10, [*ctx, *ctx, 4], [], 0), twin]).recomputed_tokens == 0
-
-
-def test_the_benchmarks_section_is_replaced_not_duplicated(tmp_path: Path) -> None:
-    doc = tmp_path / "BENCHMARKS.md"
-    doc.write_text("# Benchmarks\n")
-    R.update_benchmarks(doc, "first\n", "x.png")
-    R.update_benchmarks(doc, "second\n", "x.png")
-    text = doc.read_text()
-    assert text.count(R.BEGIN) == 1 and "second" in text and "first" not in text
 
 
 def test_a_supplementary_run_adds_its_rates_and_says_so() -> None:

@@ -168,18 +168,6 @@ def test_the_report_is_derived_from_the_rows_and_regenerates_byte_for_byte(
     assert "| good | 1.000 |" in md and "f1*, f2*, f3* — *met*" in md  # all at chance
     assert "| refuser | refused (1 items: shares a token) |" in md
     assert "| f1 | 0.500 |" in md  # the chance table
-    page = tmp_path / "BENCHMARKS.md"
-    page.write_text("# Benchmarks\n")
-    R.update_benchmarks(page, md, "bench/results/q.json")
-    once = page.read_text()
-    R.update_benchmarks(page, md, "bench/results/q.json")
-    assert page.read_text() == once and once.count(R.BEGIN) == 1
-    R.update_benchmarks(page, "subset tables\n", "bench/results/quality_auto.json", "quality_auto")
-    both = page.read_text()
-    assert once.rstrip("\n") in both  # the full run's section stays as it was
-    assert both.count(R.BEGIN) == 1 and "subset tables" in both
-    assert both.count("<!-- quality_auto:begin") == 1
-    assert "bench/results/q.png" in once
     png = tmp_path / "q.png"
     R.plot(data, png)
     assert png.read_bytes().startswith(b"\x89PNG")
@@ -432,13 +420,6 @@ def test_the_report_handles_free_families_with_chance_zero(tmp_path: Path) -> No
     assert "| vote5 | refused (1 items: x) |" in md
     assert "extract, sum_free — **met**" in md  # best5-self wins 30/0 on both
     assert "| vote5 |" not in md.split("**extract**")[1].split("Target")[0]  # not run there
-    page = tmp_path / "BENCHMARKS.md"
-    page.write_text("# Benchmarks\n")
-    R.update_benchmarks(page, md, "bench/results/quality_free.json", "quality_free")
-    text = page.read_text()
-    assert "## Results: `bench/quality.py --out quality_free`" in text
-    assert text.count("<!-- quality_free:begin") == 1 and R.BEGIN not in text
-    assert "bench/results/quality_free.png" in text
     png = tmp_path / "quality_free.png"
     R.plot(data, png)
     assert png.read_bytes().startswith(b"\x89PNG")

@@ -182,16 +182,6 @@ def test_tables_show_levels_outcomes_and_every_sample() -> None:
     assert "NOT a quiet machine" in text
 
 
-def test_the_benchmarks_section_is_replaced_not_duplicated(tmp_path: Path) -> None:
-    doc = tmp_path / "BENCHMARKS.md"
-    doc.write_text("# Benchmarks\n")
-    R.update_benchmarks(doc, "first\n", "x.png")
-    R.update_benchmarks(doc, R.tables(DATA), "bench/results/soak.png")
-    text = doc.read_text()
-    assert text.count(R.BEGIN) == 1 and "first" not in text
-    assert "![soak curves](bench/results/soak.png)" in text
-
-
 def test_plot_draws_the_curves(tmp_path: Path) -> None:
     R.plot(DATA, tmp_path / "soak.png")
     assert (tmp_path / "soak.png").stat().st_size > 10_000

@@ -5,8 +5,6 @@ No engine: the benchmark itself is run by hand on a quiet machine (see BENCHMARK
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import _tools_report as R
 import anyio
 import pytest
@@ -50,16 +48,6 @@ def test_medians_and_ratios() -> None:
     text = R.tables(DATA)
     assert "| 0 | 0.62× |" in text  # 2.5 / 4.0
     assert "| 2 | 0.50× | 0.26× |" in text  # 2.5 / 5.0, 2180 / 8300
-
-
-def test_update_replaces_only_its_section(tmp_path: Path) -> None:
-    bench = tmp_path / "BENCHMARKS.md"
-    bench.write_text("# head\n")
-    R.update_benchmarks(bench, "first")
-    R.update_benchmarks(bench, "second")
-    text = bench.read_text()
-    assert text.count(R.BEGIN) == 1 and "second" in text and "first" not in text
-    assert text.startswith("# head")
 
 
 def test_context_and_tool_are_deterministic() -> None:
