@@ -365,9 +365,22 @@ def family_report(results: Path = RESULTS) -> FamilyReport:
         page=page(
             "Long waits and restarts with the KV tier (`bench/tier_cells.py`)",
             __doc__,
-            [("Results", report(data) + "\n" + data_line("tier_cells.json"))],
+            [("Results", report(data) + "\n" + data_line("tier_cells.json")), *_plain(results)],
         ),
     )
+
+
+def _plain(results: Path) -> list[tuple[str, str]]:
+    """``bench/tier_plain.py``'s overhead cell (the tier on, nothing to demote), when run."""
+    path = results / "tier_plain.json"
+    if not path.exists():
+        return []
+    import tier_plain
+
+    data = json.loads(path.read_text())
+    body = f"Machine: {machine_sentence(data['machine'])}.\n\n"
+    body += tier_plain.report(data) + "\n" + data_line("tier_plain.json")
+    return [("Nothing to demote: the tier's overhead (`bench/tier_plain.py`)", body)]
 
 
 if __name__ == "__main__":

@@ -124,6 +124,25 @@ def targets(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def report(data: dict[str, Any]) -> str:
+    """The runs and the verdict as Markdown (the tier family page's overhead section)."""
+    lines = [
+        "| run | system | requests | prompt + completion tokens | wall | tokens/s | load after |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for k, r in enumerate(data["runs"], 1):
+        lines.append(
+            f"| {k} | {r['system']} | {r['requests']} | "
+            f"{r['prompt_tokens'] + r['completion_tokens']:,} | {r['wall_s']:.1f} s | "
+            f"{r['tokens_per_s']:.1f} | {r['loadavg_after']} |"
+        )
+    lines.append("")
+    for t in data["targets"]:
+        verdict = {True: "met", False: "**missed**", None: "not run"}[t["met"]]
+        lines.append(f"- {t['name']}: {t.get('text', t['measured'])} ({verdict})")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=48)
