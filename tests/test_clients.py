@@ -273,6 +273,9 @@ def test_a_collaborations_trace_reaches_a_real_collector(
     prompt = sum(int(c["attributes"]["gen_ai.usage.input_tokens"]) for c in chats)
     completion = sum(int(c["attributes"]["gen_ai.usage.output_tokens"]) for c in chats)
     assert (prompt, completion) == (usage["prompt_tokens"], usage["completion_tokens"])
+    cached = sum(int(c["attributes"]["gen_ai.usage.cache_read.input_tokens"]) for c in chats)
+    assert cached == usage["prompt_tokens_details"]["cached_tokens"]  # the conventions' name
+    assert root["attributes"]["gen_ai.response.id"] == r.json()["id"]
 
 
 # -- pydantic-ai, AutoGen AgentChat, smolagents, instructor ------------------------------------
