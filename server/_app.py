@@ -38,16 +38,16 @@ from ._mcp import McpSupervisor
 from ._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ._metrics import EngineScrape, ServerMetrics
 from ._openapi import openapi
-from ._plan import check_preset, plan_prompt, plan_request
-from ._presets import Preset
-from ._quota import Quotas
-from ._response_store import ResponseStore, StoreSettings, continued, stored_response
-from ._responses import (
+from ._openapi_success import (
     completion_responses,
     health_responses,
     response_responses,
     text_completion_responses,
 )
+from ._plan import check_preset, plan_prompt, plan_request
+from ._presets import Preset
+from ._quota import Quotas
+from ._response_store import ResponseStore, StoreSettings, continued, stored_response
 from ._responses_api import ResponsesRequest
 from ._responses_render import ResponsesRenderer
 from ._schemas import ChatCompletionRequest
