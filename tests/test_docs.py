@@ -1,4 +1,6 @@
-"""Every ```python block of docs/**/*.md and README.md runs here, so the docs cannot rot.
+"""Every ```python block of docs/**/*.md and README.md runs here, so the docs cannot rot,
+and the docs are linted against the code: every option of ``microagent serve`` and every
+built-in mode is documented, every page is linked from the index, every local link resolves.
 
 One test per block (id ``file:line``). Blocks of one file run in order in one
 shared namespace, so a page can build up; a block run on its own first runs
@@ -15,6 +17,7 @@ the shared bridge without closing it. The other blocks run as written
 from __future__ import annotations
 
 import re
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 import microagent
+import microagent.cli
+import microagent.collab
 import microagent.engine_bridge
 import pytest
 from microagent.collab import collaboration_modes, unregister_mode
@@ -292,3 +297,106 @@ def test_every_docs_block_is_collected() -> None:
     owned = [b for b in BLOCKS if b.path.is_relative_to(DOCS)]
     assert len(owned) >= len(OWNED_PAGES)
     assert all(b.code.strip() for b in BLOCKS), "an empty python block"
+
+
+# -- the docs match the code -------------------------------------------------------------
+
+#: Pages that document ``microagent serve``'s own options.
+SERVE_PAGES = ("http.md", "gpu.md")
+#: Generated pages (``bench/report.py``), indexed by BENCHMARKS.md rather than the docs index.
+GENERATED = DOCS / "benchmarks"
+_OPTION_LINE = re.compile(r"^ {2}(-\w, )?--[\w-]+")  # argparse's action column; prose is deeper
+
+
+def option_names(help_text: str) -> set[str]:
+    """The long options an argparse help lists (the option column only, not the prose)."""
+    names: set[str] = set()
+    for line in help_text.splitlines():
+        if _OPTION_LINE.match(line):
+            column = re.split(r"\s{2,}", line.strip())[0]
+            names |= set(re.findall(r"--[\w-]+", column))
+    return names - {"--help"}
+
+
+def serve_options_of_microagent(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> set[str]:
+    """``microagent serve --help``'s own options: the real parser, built with vLLM hidden so
+    that vLLM's engine flags (documented by vLLM) stay out."""
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    with pytest.raises(SystemExit) as exit_info:
+        microagent.cli.build_parser().parse_args(["serve", "--help"])
+    assert exit_info.value.code == 0
+    return option_names(capsys.readouterr().out)
+
+
+def _mentions(text: str, flag: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text) is not None
+
+
+def test_every_serve_option_is_documented(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = serve_options_of_microagent(capsys, monkeypatch)
+    assert {"--host", "--preset", "--engine", "--model"} <= options  # read from the parser
+    assert "--tensor-parallel-size" not in options  # vLLM's own, documented by vLLM
+    text = "\n".join((DOCS / page).read_text(encoding="utf-8") for page in SERVE_PAGES)
+    assert sorted(o for o in options if not _mentions(text, o)) == [], (
+        f"serve options missing from docs/{' and docs/'.join(SERVE_PAGES)}"
+    )
+
+
+def test_every_built_in_mode_is_in_the_http_page() -> None:
+    built_in = [
+        m
+        for m in microagent.collab.collaboration_modes()
+        if microagent.collab.get_mode(m).__module__.startswith("microagent.")
+    ]
+    assert {"vote", "graph", "auto", "best_of"} <= set(built_in)
+    http = (DOCS / "http.md").read_text(encoding="utf-8")
+    assert [m for m in built_in if f"`{m}`" not in http] == []
+
+
+def _links(path: Path) -> set[Path]:
+    """The local pages ``path`` links to (Markdown links, anchors dropped)."""
+    text = path.read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)", text)
+    return {(path.parent / t).resolve() for t in targets if not re.match(r"[a-z]+:", t, re.I)}
+
+
+def test_every_page_is_linked_from_the_docs_index() -> None:
+    index = DOCS / "index.md"
+    pages = {
+        p.resolve() for p in DOCS.rglob("*.md") if p != index and not p.is_relative_to(GENERATED)
+    }
+    assert len(pages) > 20
+    unlinked = sorted(str(p.relative_to(DOCS)) for p in pages - _links(index))
+    assert unlinked == []
+
+
+def test_the_http_page_links_presets() -> None:
+    assert (DOCS / "presets.md").resolve() in _links(DOCS / "http.md")
+
+
+def test_every_local_link_of_the_docs_resolves() -> None:
+    broken = [
+        f"{page.relative_to(ROOT)} -> {target.relative_to(ROOT)}"
+        for page in doc_files()
+        for target in _links(page)
+        if target.is_relative_to(ROOT) and not target.exists()
+    ]
+    assert broken == []
+
+
+def test_the_docs_lint_can_fail(tmp_path: Path) -> None:
+    help_text = (
+        "options:\n  -h, --help            show help\n  --host HOST           bind address,"
+        " see --port\n  --api-key API_KEY     a key\n  --admin-key ADMIN_KEY\n"
+        "                        --admin-key-file too\n"
+    )
+    assert option_names(help_text) == {"--host", "--api-key", "--admin-key"}
+    assert _mentions("`--api-key`", "--api-key")
+    assert not _mentions("`--api-key-file`", "--api-key")
+    page = tmp_path / "page.md"
+    page.write_text("[a](a.md#x) [b](sub/b.md) [web](https://example.com/c.md)\n")
+    assert _links(page) == {(tmp_path / "a.md").resolve(), (tmp_path / "sub/b.md").resolve()}
