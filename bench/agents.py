@@ -1046,9 +1046,9 @@ def family_report(results: Path = RESULTS) -> FamilyReport:
         run = json.loads((results / f"{stem}.json").read_text())
         plot = f"![latency against throughput]({RESULTS_LINK}/{stem}.png)\n"
         parts.append((heading, R.tables(run) + "\n" + plot + "\n" + data_line(f"{stem}.json")))
-    sim = results / "agents_sim.json"
+    sim = results / agents_sim.RESULTS_FILE.name
     if sim.exists():
-        body = agents_sim.tables(json.loads(sim.read_text())) + "\n" + data_line(sim.name)
+        body = agents_sim.tables(agents_sim.read_results(sim)) + "\n" + data_line(sim.name)
         parts.append(("Past this machine, by simulation (`bench/agents_sim.py`)", body))
     data = json.loads((results / "agents.json").read_text())
     target = next(t for t in data["targets"] if t["target"] == HEADLINE_TARGET)

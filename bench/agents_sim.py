@@ -25,7 +25,8 @@ with its batch) in virtual time, with the same prefix cache, admission and
    native CPU offloading: FCFS, no retention, every block stored, LRU), the same host
    bytes, at 1.6x and 3x, the former at rising rates: programs/min at equal p95.
 
-Results: ``bench/results/agents_sim.json`` (``targets`` included), its tables in
+Results: ``bench/results/agents_sim.json.gz`` (gzipped: the projection keeps every
+turn; ``targets`` included), its tables in
 the agents family page with ``--update``. The probe and calibration need the real engine
 (``--skip-real`` reuses the JSON's); refuses a busy machine (load average above
 0.5) unless ``--force``.
@@ -38,6 +39,7 @@ other cells; ``--window-scale`` shortens the projection's window).
 from __future__ import annotations
 
 import argparse
+import gzip
 import itertools
 import json
 import math
@@ -62,6 +64,8 @@ import _agents_trace as T  # noqa: E402
 from _sections import machine, machine_sentence, publish  # noqa: E402
 
 RESULTS = HERE / "results"
+#: The results, gzipped (the projection keeps every turn of every program: ~18 MB raw).
+RESULTS_FILE = RESULTS / "agents_sim.json.gz"
 #: The real engine's settings (bench/agents.py's, with a context that lets a small cache
 #: be under pressure: vLLM keeps room for one max_model_len sequence).
 ENGINE: dict[str, int] = {"max_num_seqs": 16, "max_model_len": 2048, "max_num_batched_tokens": 2048}
@@ -653,6 +657,19 @@ def _line(cell: dict[str, Any]) -> str:
 # -- targets and tables --------------------------------------------------------------------------
 
 
+def read_results(path: Path) -> dict[str, Any]:
+    """A results file, gzipped (``.gz``) or not."""
+    raw = path.read_bytes()
+    data: dict[str, Any] = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+    return data
+
+
+def write_results(path: Path, data: dict[str, Any]) -> None:
+    """Compact JSON, gzipped when ``path`` ends in ``.gz`` (reproducibly: no timestamp)."""
+    raw = json.dumps(data, separators=(",", ":"), default=str).encode()
+    path.write_bytes(gzip.compress(raw, mtime=0) if path.suffix == ".gz" else raw)
+
+
 def _target(target: str, measured: float, met: bool, why: str = "") -> dict[str, Any]:
     value = round(measured, 4) if math.isfinite(measured) else str(measured)
     return {"target": target, "measured": value, "met": bool(met), "why": why}
@@ -916,13 +933,13 @@ def main() -> None:
     )
     parser.add_argument("--update", action="store_true", help="rewrite the agents page and row")
     parser.add_argument("--force", action="store_true", help="run even on a busy machine")
-    parser.add_argument("--out", type=Path, default=RESULTS / "agents_sim.json")
+    parser.add_argument("--out", type=Path, default=RESULTS_FILE)
     args = parser.parse_args()
     started = time.time()
     load = os.getloadavg()[0]
     if load > 0.5 and not args.force and not args.skip_real:
         raise SystemExit(f"load average {load:.2f} > 0.5: not a quiet machine (--force)")
-    data: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
+    data: dict[str, Any] = read_results(args.out) if args.out.exists() else {}
     if args.probe_only:
         import anyio
 
@@ -962,7 +979,7 @@ def main() -> None:
     data["targets"] = targets(data)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     # compact, as bench/quality.py writes its per-item rows: the projection holds every turn
-    args.out.write_text(json.dumps(data, separators=(",", ":"), default=str))
+    write_results(args.out, data)
     text = tables(data)
     print(text)
     if args.update:  # the agents family page holds the simulation's tables

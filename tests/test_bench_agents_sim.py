@@ -241,3 +241,14 @@ def test_a_rerun_replaces_only_its_own_cells_and_keeps_the_rest() -> None:
     got = {(c["system"], c.get("stale", False)) for c in again["cells"]}
     assert got == {("lru", False), ("priority", True)}
     assert again["settings"]["swe|3"] == {"kept": True} and "bfcl|0.75" in again["settings"]
+
+
+def test_results_round_trip_gzipped_and_reproducibly(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = {"targets": [{"target": "t", "measured": 1.5, "met": True}], "cells": [[1, 2]] * 50}
+    gz, plain = tmp_path / "r.json.gz", tmp_path / "r.json"
+    S.write_results(gz, data)
+    S.write_results(plain, data)
+    assert S.read_results(gz) == data == S.read_results(plain)
+    first = gz.read_bytes()
+    S.write_results(gz, data)
+    assert gz.read_bytes() == first and len(first) < plain.stat().st_size
