@@ -16,6 +16,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from hypothesis import given
@@ -351,3 +352,30 @@ def test_serve_refuses_what_it_cannot_serve_by_name(flags: list[str], says: str)
     args = serve_options(["--engine", "scripted", *flags])
     with pytest.raises(CliError, match=re.escape(says)):
         served_app(args)
+
+
+def test_serve_renders_tools_with_its_chat_template_and_reads_llama3_json() -> None:
+    """``serve --engine scripted --chat-template T --tool-call-parser llama3_json``, end to end."""
+    served = served_app(
+        serve_options(
+            [
+                *("--engine", "scripted", "--chat-template", LLAMA_STYLE),
+                *("--tool-call-parser", "llama3_json", "--enable-auto-tool-choice"),
+            ]
+        )
+    )
+    (engine,) = served.bridges
+    assert isinstance(engine, ScriptedEngine)
+    engine.script = _script
+
+    async def go() -> httpx.Response:
+        async with engine:
+            transport = httpx.ASGITransport(app=served.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                return await _chat(c, messages=ASK, tools=[WEATHER])
+
+    r = anyio.run(go)
+    assert r.status_code == 200, r.text
+    assert "Environment: tools" in engine.history[-1].prompt.text
+    (call,) = r.json()["choices"][0]["message"]["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}

@@ -81,6 +81,7 @@ from .._retention import RetentionStats, RetentionTable
 from .._tier_order import DEFAULT_COPY_RATE, TierSessions
 from .._tier_stats import TierStats
 from .._tokenizer import IM_END, SPECIAL_TOKENS, ToyTokenizer
+from .._tool_template import JinjaRenderer
 from .._types import FinishReason, Sampling, TokenLogprob
 from ._json_instance import example_instance
 from ._step_cost import StepClock, StepCost
@@ -248,7 +249,9 @@ class ScriptedEngine(EngineBridge):
                 template = derive(roles)
             except ValueError:
                 template = derive(_CHAT_ROLES)
-        self.chat = ChatComposer(template, self)
+        # rendered whole (tools included) where the template has a tool format
+        renderer = None if chat_template is None else JinjaRenderer(chat_template, eos_token=IM_END)
+        self.chat = ChatComposer(template, self, renderer)
         #: every request started, oldest first (the latest ``history_limit`` when set)
         self.history: list[EngineRequest] = []
         self.history_limit = history_limit
