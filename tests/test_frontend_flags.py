@@ -8,17 +8,15 @@ Each server is built as ``microagent serve --engine scripted`` builds it
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 from microagent.cli import main
-from microagent.server import CliError, serve_options, served_app
+from microagent.server import CliError, serve_options
 from microagent.testing import ScriptedEngine
+from test_presets import run, serve
 
 APP = "https://app.example"
 OTHER = "https://evil.example"
@@ -28,32 +26,6 @@ TEMPLATE = (
     "{% for m in messages %}<|im_start|>[{{ m.role | upper }}]\n{{ m.content }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>[ASSISTANT]\n{% endif %}"
 )
-
-
-def serve(*argv: str) -> Any:
-    """The app ``microagent serve --engine scripted ARGV`` would serve (not started)."""
-    return served_app(serve_options(["--engine", "scripted", *argv]))
-
-
-def run(served: Any, scenario: Callable[[httpx.AsyncClient], Awaitable[None]]) -> None:
-    """Open ``served``'s engines and run ``scenario`` against its app over ASGI."""
-
-    async def go() -> None:
-        async with contextlib.AsyncExitStack() as stack:
-            for bridge in served.bridges:
-                await stack.enter_async_context(bridge)
-            client = await stack.enter_async_context(_client(served.app))
-            await scenario(client)
-
-    anyio.run(go)
-
-
-@contextlib.asynccontextmanager
-async def _client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://test", timeout=30
-    ) as client:
-        yield client
 
 
 def _preflight(origin: str, headers: str = "authorization, content-type") -> dict[str, str]:
