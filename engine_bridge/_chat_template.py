@@ -5,19 +5,19 @@ holding the template, or the template itself inline; a value that is neither (no
 file there, and not a template: no ``{``, ``}`` or newline) is refused by name
 rather than served as literal text. ``check_chat_template`` parses it, so broken
 Jinja is refused when the server starts, not at the first request.
-``jinja_renderer`` renders one the way transformers does (a sandboxed environment,
-``trim_blocks`` and ``lstrip_blocks``, ``tojson``, ``raise_exception``): the
+``jinja_renderer`` renders one the way transformers does (``JinjaRenderer``, the
+same environment as a template's tool rendering), its errors naming the flag: the
 ScriptedEngine renders with it.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from ._chat import Renderer
+from ._tool_template import JinjaRenderer, jinja_environment
 
 #: characters only a template has (vLLM's test of a value that is not a path)
 _TEMPLATE_CHARS = "{}\n"
@@ -45,27 +45,6 @@ def load_chat_template(value: str, *, option: str = "--chat-template") -> str:
     return text
 
 
-def _raise_exception(message: str) -> NoReturn:
-    from jinja2.exceptions import TemplateError
-
-    raise TemplateError(message)
-
-
-def _environment() -> Any:
-    """A Jinja environment as transformers renders chat templates in."""
-    from jinja2.ext import loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
-    )
-    env.filters["tojson"] = lambda value, indent=None: json.dumps(
-        value, ensure_ascii=False, indent=indent
-    )
-    env.globals["raise_exception"] = _raise_exception
-    return env
-
-
 def check_chat_template(template: str, *, option: str = "--chat-template") -> None:
     """Refuse a template whose Jinja syntax is broken (only parsed: the filters and
     globals a tokenizer adds are for the engine to resolve when it renders).
@@ -76,7 +55,7 @@ def check_chat_template(template: str, *, option: str = "--chat-template") -> No
     from jinja2 import TemplateSyntaxError
 
     try:
-        _environment().parse(template)
+        jinja_environment().parse(template)
     except TemplateSyntaxError as exc:
         raise ValueError(
             f"{option}: the chat template is not valid Jinja (line {exc.lineno}: {exc.message})"
@@ -99,19 +78,13 @@ def jinja_renderer(template: str, *, option: str = "--chat-template", **context:
 
     check_chat_template(template, option=option)
     try:
-        compiled = _environment().from_string(template)
+        compiled = JinjaRenderer(template, **context)
     except TemplateError as exc:
         raise ValueError(f"{option}: the chat template does not compile: {exc}") from None
 
     def render(messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool) -> str:
         try:
-            return str(
-                compiled.render(
-                    messages=[dict(m) for m in messages],
-                    add_generation_prompt=add_generation_prompt,
-                    **context,
-                )
-            )
+            return compiled(messages, add_generation_prompt)
         except TemplateError as exc:  # raise_exception(...) or a render-time error
             raise ValueError(f"{option}: the chat template refused the messages: {exc}") from None
 

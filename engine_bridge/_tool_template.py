@@ -15,7 +15,7 @@ import functools
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import Any, NoReturn, Protocol
 
 #: the tool ``has_tool_format`` offers a template to see whether it renders tools
 PROBE_TOOL: Mapping[str, object] = {
@@ -59,9 +59,34 @@ def has_tool_format(render: ChatRenderer) -> bool:
     return plain != with_tools
 
 
+def jinja_environment() -> Any:
+    """A Jinja environment as Hugging Face renders chat templates in: sandboxed, blocks
+    trimmed, ``loopcontrols``, ``tojson``, ``raise_exception`` and ``strftime_now``."""
+    from jinja2 import TemplateError
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> NoReturn:
+        raise TemplateError(message)
+
+    def tojson(value: object, indent: int | None = None) -> str:
+        return json.dumps(value, ensure_ascii=False, indent=indent)
+
+    def strftime_now(fmt: str) -> str:
+        return datetime.now().strftime(fmt)
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
+    )
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
 class JinjaRenderer:
-    """A Jinja chat template rendered as Hugging Face renders it (sandboxed, blocks
-    trimmed, ``tojson``, ``raise_exception``, ``strftime_now``), without a tokenizer.
+    """A Jinja chat template rendered as Hugging Face renders it (``jinja_environment``),
+    without a tokenizer.
 
     Args:
         source: the template's text (a tokenizer's ``chat_template``).
@@ -69,27 +94,8 @@ class JinjaRenderer:
     """
 
     def __init__(self, source: str, **special: str) -> None:
-        from jinja2 import TemplateError
-        from jinja2.ext import loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        def raise_exception(message: str) -> None:
-            raise TemplateError(message)
-
-        def tojson(value: object, indent: int | None = None) -> str:
-            return json.dumps(value, ensure_ascii=False, indent=indent)
-
-        def strftime_now(fmt: str) -> str:
-            return datetime.now().strftime(fmt)
-
-        env = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
-        )
-        env.filters["tojson"] = tojson
-        env.globals["raise_exception"] = raise_exception
-        env.globals["strftime_now"] = strftime_now
         self.source = source
-        self._template = env.from_string(source)
+        self._template = jinja_environment().from_string(source)
         self._special = dict(special)
 
     def __call__(
@@ -98,9 +104,11 @@ class JinjaRenderer:
         add_generation_prompt: bool = False,
         tools: Sequence[Mapping[str, object]] | None = None,
     ) -> str:
-        return self._template.render(
-            messages=[dict(m) for m in messages],
-            tools=None if tools is None else [dict(t) for t in tools],
-            add_generation_prompt=add_generation_prompt,
-            **self._special,
+        return str(
+            self._template.render(
+                messages=[dict(m) for m in messages],
+                tools=None if tools is None else [dict(t) for t in tools],
+                add_generation_prompt=add_generation_prompt,
+                **self._special,
+            )
         )
