@@ -8,6 +8,7 @@ with the same turn sent without a session, under the same flood.
 from __future__ import annotations
 
 import json
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -211,7 +212,10 @@ def test_a_lifetime_nobody_asked_for_is_learned_from_the_gaps(
     from microagent.testing import ScriptedEngine
 
     clock = [1000.0]
-    monkeypatch.setattr(sessions_module.time, "monotonic", lambda: clock[0])
+    # the module's clock only: patching time.monotonic itself would freeze every event
+    # loop's clock in the process (this module's live server's too: its loop then sleeps
+    # for hours, and its shutdown never comes)
+    monkeypatch.setattr(sessions_module, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     engine = ScriptedEngine(block_size=4)
     sessions = sessions_module.Sessions(SessionSettings(default_ttl=1800.0))
     ttls = []
