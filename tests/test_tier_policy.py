@@ -6,9 +6,12 @@ returning exactly ``n`` evictable, unprotected entries or ``None`` with nothing 
 
 from __future__ import annotations
 
+import types
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from microagent.engine_bridge.vllm import _tier_policy
 from microagent.engine_bridge.vllm._tier_policy import SessionPolicy
 from vllm.v1.kv_offload.base import OffloadKey, ReqContext
 from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
@@ -42,8 +45,14 @@ def test_cold_blocks_go_before_a_waiting_sessions_even_when_older() -> None:
     assert policy.cold_evictions == 2 and policy.held_evictions == 0
 
 
+def freeze_policy_clock(monkeypatch: pytest.MonkeyPatch, now: float) -> None:
+    """The policy module's clock only: a frozen ``time.monotonic`` would freeze every
+    event loop of the process (the shared real engine's too)."""
+    monkeypatch.setattr(_tier_policy, "time", types.SimpleNamespace(monotonic=lambda: now))
+
+
 def test_held_blocks_go_last_the_furthest_next_use_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("time.monotonic", lambda: 100.0)
+    freeze_policy_clock(monkeypatch, 100.0)
     policy = filled(5)
     policy.hold("soon", [key(0)], now=100.0, next_use=5.0, expires=None)
     policy.hold("late", [key(1)], now=100.0, next_use=50.0, expires=None)
@@ -54,7 +63,7 @@ def test_held_blocks_go_last_the_furthest_next_use_first(monkeypatch: pytest.Mon
 
 
 def test_a_late_session_is_expected_to_be_as_late_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("time.monotonic", lambda: 100.0)
+    freeze_policy_clock(monkeypatch, 100.0)
     policy = filled(2)
     # due 40 s ago: expected 40 s from now; the other is due in 10 s
     policy.hold("late", [key(0)], now=50.0, next_use=10.0, expires=None)
