@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import anyio
 import pytest
 from _engine import _context, _fork
+from _scheduler import build_scheduler
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from microagent.engine_bridge import (
     EngineDied,
@@ -298,21 +299,13 @@ def test_a_demoted_session_outlives_a_host_flood_and_reloads(tiered: Engine) -> 
 def test_retention_holds_with_the_connector_and_async_scheduling(tmp_path: Path) -> None:
     """With the tier's connector and async scheduling, a session that stops while its next
     step is in flight is retained (before: vLLM's deferred free took it, nothing was kept)."""
-    import torch
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-    from vllm.v1.kv_cache_interface import (
-        FullAttentionSpec,
-        KVCacheConfig,
-        KVCacheGroupSpec,
-        KVCacheTensor,
-    )
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
-    from vllm.v1.structured_output import StructuredOutputManager
 
     (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
     bridge = VLLMBridge(
@@ -327,26 +320,7 @@ def test_retention_holds_with_the_connector_and_async_scheduling(tmp_path: Path)
     config = AsyncEngineArgs(**bridge._engine_arguments()).create_engine_config()
     config.scheduler_config.async_scheduling = True
     block, blocks, stop = config.cache_config.block_size, 8, 2
-    config.cache_config.num_gpu_blocks = blocks
-    spec = FullAttentionSpec(block_size=block, num_kv_heads=1, head_size=32, dtype=torch.bfloat16)
-    page = spec.page_size_bytes
-    kv_cache_config = KVCacheConfig(
-        num_blocks=blocks,
-        kv_cache_tensors=[
-            KVCacheTensor(
-                size=page * blocks, layers=["layer"], layer_stride=page * blocks, block_stride=page
-            )
-        ],
-        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
-    )
-    scheduler_cls: Any = config.scheduler_config.get_scheduler_cls()  # as the EngineCore does
-    scheduler = scheduler_cls(
-        vllm_config=config,
-        kv_cache_config=kv_cache_config,
-        structured_output_manager=StructuredOutputManager(config),
-        block_size=block,
-        hash_block_size=block,
-    )
+    scheduler = build_scheduler(config, blocks=blocks, block=block)
     retention = scheduler.retention
     assert isinstance(scheduler, AsyncScheduler)  # vLLM overlaps only an AsyncScheduler's steps
     assert scheduler.defer_block_free and type(scheduler.connector).__name__ == "HostTierConnector"
@@ -357,7 +331,7 @@ def test_retention_holds_with_the_connector_and_async_scheduling(tmp_path: Path)
     sampling = SamplingParams(
         max_tokens=8,
         stop_token_ids=[stop],
-        extra_args={scheduler_cls.retain_key: Retain("s").to_wire()},
+        extra_args={type(scheduler).retain_key: Retain("s").to_wire()},
     )
     request = Request(
         "r1",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _scheduler import build_scheduler
 from microagent.engine_bridge import VLLMBridge
 from microagent.engine_bridge.vllm._retention import CONFIG_KEY
 from microagent.engine_bridge.vllm._seeded_prefill import SETTING
@@ -92,15 +93,7 @@ class Stepper:
 def scheduler(tmp_path: Path, *, whole: bool | None = None, fcfs: bool = False) -> Any:
     """The scheduler the bridge's engine arguments load (``whole`` overrides the setting,
     as on a GPU, where the bridge leaves it off)."""
-    import torch
     from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.v1.kv_cache_interface import (
-        FullAttentionSpec,
-        KVCacheConfig,
-        KVCacheGroupSpec,
-        KVCacheTensor,
-    )
-    from vllm.v1.structured_output import StructuredOutputManager
 
     (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
     bridge = VLLMBridge(
@@ -116,27 +109,7 @@ def scheduler(tmp_path: Path, *, whole: bool | None = None, fcfs: bool = False) 
     if whole is not None:
         args["additional_config"][CONFIG_KEY][SETTING] = whole
     config = AsyncEngineArgs(**args).create_engine_config()
-    blocks = 32
-    config.cache_config.num_gpu_blocks = blocks
-    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=32, dtype=torch.bfloat16)
-    page = spec.page_size_bytes
-    kv_cache_config = KVCacheConfig(
-        num_blocks=blocks,
-        kv_cache_tensors=[
-            KVCacheTensor(
-                size=page * blocks, layers=["layer"], layer_stride=page * blocks, block_stride=page
-            )
-        ],
-        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
-    )
-    cls: Any = config.scheduler_config.get_scheduler_cls()  # as the EngineCore does
-    return cls(
-        vllm_config=config,
-        kv_cache_config=kv_cache_config,
-        structured_output_manager=StructuredOutputManager(config),
-        block_size=BLOCK,
-        hash_block_size=BLOCK,
-    )
+    return build_scheduler(config, blocks=32, block=BLOCK)
 
 
 @pytest.fixture
