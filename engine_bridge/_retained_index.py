@@ -99,30 +99,26 @@ class RetainedIndex:
     def extended_key(self, prompt: KVHandle, salt: str | None) -> str | None:
         """The key of the longest retained handle whose whole blocks ``prompt`` extends
         (strictly: the prompt is longer than those blocks), under the same salt and adapter."""
-        block = self.block_size
-        blocks = (len(prompt) - 1) // block if self._entries else 0
-        chain = _chain(prompt.token_ids, block, blocks)
-        for i in range(blocks - 1, -1, -1):
-            keys = self._ends.get((salt, prompt.adapter, chain[i]))
-            for key in keys or ():
-                handle = self._entries[key][1]
-                if handle.common_prefix_length(prompt) >= (i + 1) * block:
-                    return key
-        return None
+        return self._longest(self._ends, prompt, salt)[0]
 
     def covered(self, prompt: KVHandle, salt: str | None) -> int:
         """Tokens of ``prompt`` in whole blocks (its last token excluded) that some
         retained handle under the same salt and adapter shares with it."""
+        return self._longest(self._prefixes, prompt, salt)[1]
+
+    def _longest(
+        self, index: dict[_Slot, dict[str, None]], prompt: KVHandle, salt: str | None
+    ) -> tuple[str | None, int]:
+        """The first key of ``index`` at the longest whole-block prefix of ``prompt`` (its
+        last token excluded) whose tokens the key's handle shares, and that prefix's length."""
         block = self.block_size
         blocks = (len(prompt) - 1) // block if self._entries else 0
         chain = _chain(prompt.token_ids, block, blocks)
         for i in range(blocks - 1, -1, -1):
-            keys = self._prefixes.get((salt, prompt.adapter, chain[i]))
-            for key in keys or ():
-                handle = self._entries[key][1]
-                if handle.common_prefix_length(prompt) >= (i + 1) * block:
-                    return (i + 1) * block
-        return 0
+            for key in index.get((salt, prompt.adapter, chain[i]), ()):
+                if self._entries[key][1].common_prefix_length(prompt) >= (i + 1) * block:
+                    return key, (i + 1) * block
+        return None, 0
 
 
 def _discard(index: dict[_Slot, dict[str, None]], slot: _Slot, key: str) -> None:
