@@ -171,10 +171,9 @@ def main() -> int:
         runs.append(run)
     data = {
         "runs": runs,
-        "settings": {**SETTINGS, **{k: v for k, v in vars(args).items() if k != "out"}},
+        "settings": {**SETTINGS, **vars(args)},
         "machine": machine(round(load, 2), args.force, started),
     }
-    data["settings"]["out"] = str(args.out)
     data["targets"] = targets(runs)
     args.out.write_text(json.dumps(data, indent=1, default=str) + "\n")
     for t in data["targets"]:
