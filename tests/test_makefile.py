@@ -8,6 +8,7 @@ needs either. CI runs the README's test command.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -18,11 +19,19 @@ ROOT = Path(__file__).resolve().parent.parent
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
+#: what a parent make exports to the commands it runs
+_PARENT_MAKE = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+
+
 def planned(target: str, tmp_path: Path, *, extra: str, wheels: Path) -> list[str]:
     """The commands ``make -n target`` prints, for a venv that does not exist yet."""
+    # as a fresh shell runs it: under `make test`/`make check` the parent make's flags and
+    # level would reach this one (its "Entering directory" lines among the commands)
+    env = {k: v for k, v in os.environ.items() if k not in _PARENT_MAKE}
     done = subprocess.run(
         ["make", "-n", target, f"EXTRA={extra}", f"WHEELS={wheels}", f"VENV={tmp_path}/venv"],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         check=True,
