@@ -241,7 +241,7 @@ def family_report(results: Path = RESULTS) -> FamilyReport:
         page=page(
             "Hostile clients and engine death (`bench/hostile.py`)",
             __doc__,
-            [("Results", report(data) + "\n" + data_line("hostile.json", "hostile_serve.log"))],
+            [("Results", report(data) + "\n" + data_line("hostile.json"))],
         ),
     )
 
