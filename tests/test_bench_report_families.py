@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+import _quality_report_checks as C
 import _quality_report_families as F
 import _quality_tasks as T
 import pytest
@@ -42,3 +43,46 @@ def test_tool_families_need_arithmetic_and_the_passage_has_none() -> None:
     for item in F.report_family_items("passage", F.REPORT_ITEMS):
         assert not re.search(r"\d", item.question)
     assert {"product", "convert", "shopping"} == F.TOOL_FAMILIES
+
+
+# Issue 40's families (``_quality_report_checks``): frozen the same way.
+
+
+def test_the_checks_items_are_the_frozen_ones() -> None:
+    assert C.items_hash(C.checks_items()) == C.CHECKS_HASH
+    assert C.family_items("steps", 30) == C.checks_items()[:30]  # a prefix
+    assert len(C.checks_items()) == 5 * 120
+
+
+def test_checks_families_are_new_and_selection_never_sees_a_reported_question() -> None:
+    assert not set(C.CHECKS_FAMILIES) & {*F.REPORT_FAMILIES, *T.PROBED, *T.FREE}
+    reported = {item.question for item in C.checks_items()}
+    chosen_on = C.selection_items(60)
+    drawn = Counter(item.family for item in chosen_on)
+    assert all(drawn[family] == 60 for family in C.CHECKED_FAMILIES)  # the control's space is small
+    assert not reported & {item.question for item in chosen_on}
+
+
+@pytest.mark.parametrize("family", [f for f, (k, _) in C.CHECKS_FAMILIES.items() if k == "closed"])
+def test_closed_checks_families_are_balanced_with_distinct_choices(family: str) -> None:
+    items = C.family_items(family, C.CHECKS_ITEMS)
+    assert all(len(set(i.choices)) == len(i.choices) and i.answer in i.choices for i in items)
+    positions = Counter(i.choices.index(i.answer) for i in items)
+    assert set(positions) == set(range(len(items[0].choices)))
+    assert max(positions.values()) - min(positions.values()) <= 1
+
+
+def test_checks_answers_follow_from_the_question() -> None:
+    for item in C.family_items("factor", 60):
+        factor, n = map(int, re.findall(r"\d+", item.question))
+        assert item.answer == str(factor * n)
+    for item in C.family_items("count", 60):
+        listed = re.search(r"list: (.*)\?", item.question)
+        if listed:
+            assert item.answer == str(len(listed.group(1).split(", ")))
+        else:
+            letter, word = re.findall(r'"(\w+)"', item.question)
+            assert item.answer == str(word.count(letter))
+    for item in C.family_items("plural", C.CHECKS_ITEMS):
+        assert not re.search(r"\d", item.question)
+    assert set(C.CHECKS_FAMILIES) - {"plural"} == C.CHECKED_FAMILIES
