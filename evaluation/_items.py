@@ -1,9 +1,11 @@
 """The questions of an evaluation: a JSONL file, one item a line, checked line by line.
 
 Each line is ``{"question": str, "answers": [str, ...], "choices": [str, ...]?,
-"family": str?}``. ``answers`` are the accepted answers; ``choices``, when given,
-make the item a closed question (the collaboration's answer is constrained to
-them); ``family`` groups items for the stratified split and the per-family rows.
+"family": str?, "part": "selection" | "report"?}``. ``answers`` are the accepted
+answers; ``choices``, when given, make the item a closed question (the
+collaboration's answer is constrained to them); ``family`` groups items for the
+stratified split and the per-family rows; ``part`` pins the item to one part of
+the split whatever the seed (a test set you already hold out stays held out).
 The file is hostile input: its size, line count and every field are bounded, and
 a bad line is an error naming its line number and field.
 """
@@ -31,7 +33,10 @@ MAX_LIST: Final = 64
 #: most characters of one answer, choice or family name
 MAX_TEXT_CHARS: Final = 1_000
 
-_FIELDS: Final = frozenset({"question", "answers", "choices", "family"})
+#: the parts an item may be pinned to (``_split``)
+PARTS: Final = ("selection", "report")
+
+_FIELDS: Final = frozenset({"question", "answers", "choices", "family", "part"})
 
 
 @attrs.frozen
@@ -44,6 +49,9 @@ class EvalItem:
         answers: the accepted answers (any one is right).
         choices: the options of a closed question; empty for a free answer.
         family: its group (``""`` when the file gave none).
+        part: the part it is pinned to (``"selection"`` or ``"report"``), or None: the
+            seed splits it. Not part of its identity: moving an item between parts
+            reuses its journaled replies.
     """
 
     line: int
@@ -51,6 +59,7 @@ class EvalItem:
     answers: tuple[str, ...]
     choices: tuple[str, ...] = ()
     family: str = ""
+    part: str | None = None
 
     @property
     def key(self) -> str:
@@ -120,7 +129,11 @@ def parse_item(line: int, data: object) -> EvalItem:
     family = ""
     if data.get("family") is not None:
         family = _text(line, "family", data["family"], MAX_TEXT_CHARS)
-    return EvalItem(line, question, answers, choices, family)
+    part = data.get("part")
+    if part is not None and part not in PARTS:
+        shown = repr(part)[:40] if isinstance(part, str) else type(part).__name__
+        raise BadItem(line, "part", f"must be one of {list(PARTS)}, got {shown}")
+    return EvalItem(line, question, answers, choices, family, part)
 
 
 def parse_items(text: str) -> list[EvalItem]:

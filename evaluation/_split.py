@@ -5,6 +5,11 @@ so the reported numbers are not the ones the choice was fitted to. The split is
 stratified by family (each family is split in the same proportion) and depends
 only on the seed, the fraction and the items' contents: reordering the file does
 not move an item from one part to the other.
+
+An item that says its ``part`` is pinned there whatever the seed: a test set you
+already hold out stays in the report part, and is never chosen on. Only the
+unpinned items are split by the seed, exactly as they would be without the
+pinned ones, so adding pinned items moves none of the others.
 """
 
 from __future__ import annotations
@@ -42,9 +47,11 @@ def split_items(
 ) -> Split:
     """Split ``items`` into selection and report parts, per family.
 
-    Each family's items are ordered by content, shuffled by a generator seeded with
+    An item pinned to a part (``EvalItem.part``) stays there. The others: each
+    family's items are ordered by content, shuffled by a generator seeded with
     ``seed`` and the family's name, and the first ``round(n * select_fraction)`` go
-    to selection; a family of two or more items keeps at least one on each side.
+    to selection; a family of two or more unpinned items keeps at least one on each
+    side.
 
     Raises:
         ValueError: ``select_fraction`` is not strictly between 0 and 1.
@@ -52,9 +59,12 @@ def split_items(
     if not 0.0 < select_fraction < 1.0:
         raise ValueError(f"select_fraction must be between 0 and 1, got {select_fraction}")
     families: dict[str, list[EvalItem]] = defaultdict(list)
-    for item in items:
-        families[item.family].append(item)
     chosen: set[str] = set()
+    for item in items:
+        if item.part == "selection":
+            chosen.add(item.key)
+        elif item.part is None:
+            families[item.family].append(item)
     for family, members in families.items():
         ordered = sorted(members, key=lambda i: (i.content_hash, i.line))
         random.Random(f"{seed}:{family}").shuffle(ordered)

@@ -84,6 +84,8 @@ def test_items_parse_with_optional_fields_and_blank_lines() -> None:
         ('{"question": "q", "answers": ["x"], "choices": ["x", "x"]}', "choices", "twice"),
         ('{"question": "q", "answers": ["x"], "family": 2}', "family", "string"),
         ('{"question": "q", "answers": ["x"], "answer": "x"}', "answer", "not an item field"),
+        ('{"question": "q", "answers": ["x"], "part": "test"}', "part", "one of"),
+        ('{"question": "q", "answers": ["x"], "part": ["report"]}', "part", "list"),
     ],
 )
 def test_a_bad_line_names_its_number_and_field(line: str, field: str, words: str) -> None:
@@ -143,6 +145,74 @@ def test_a_small_family_keeps_an_item_on_each_side() -> None:
     assert Counter(i.family for i in split.report) == {"x": 1, "y": 1}
     with pytest.raises(ValueError):
         split_items(items, select_fraction=1.0)
+
+
+def _pinned(n: int, part: str, start: int = 1000) -> list[str]:
+    return [
+        json.dumps(
+            {
+                "question": f"What is {start + i} + 1?",
+                "answers": [str(start + i + 1)],
+                "family": ("a", "b", "c")[i % 3],
+                "part": part,
+            }
+        )
+        for i in range(n)
+    ]
+
+
+def _lines(items: list[EvalItem]) -> list[str]:
+    return [
+        json.dumps({"question": i.question, "answers": list(i.answers), "family": i.family})
+        for i in items
+    ]
+
+
+def test_pinned_items_stay_in_their_part_whatever_the_seed() -> None:
+    items = parse_items(
+        "\n".join(_lines(_items(20)) + _pinned(6, "report") + _pinned(4, "selection", 2000))
+    )
+    assert {i.part for i in items} == {None, "report", "selection"}
+    report_pinned = {i.key for i in items if i.part == "report"}
+    selection_pinned = {i.key for i in items if i.part == "selection"}
+    unpinned_parts = set()
+    for seed in range(30):
+        for fraction in (0.1, 0.5, 0.9):
+            split = split_items(items, seed, fraction)
+            selection = {i.key for i in split.selection}
+            report = {i.key for i in split.report}
+            assert report_pinned <= report and not report_pinned & selection
+            assert selection_pinned <= selection and not selection_pinned & report
+            unpinned_parts.add(frozenset(selection - selection_pinned))
+    assert len(unpinned_parts) > 10  # the seed still moves the others
+
+
+def test_adding_pinned_items_moves_none_of_the_others() -> None:
+    plain = _items(30)
+    pinned = parse_items(
+        "\n".join(_lines(plain) + _pinned(9, "report") + _pinned(5, "selection", 3000))
+    )
+    for seed in (1, 40, 99):
+        before = split_items(plain, seed)
+        after = split_items(pinned, seed)
+        assert tuple(i for i in after.selection if i.part is None) == before.selection
+        assert tuple(i for i in after.report if i.part is None) == before.report
+
+
+def test_a_report_pinned_item_is_never_chosen_on() -> None:
+    items = parse_items("\n".join(_lines(_items(20)) + _pinned(6, "report")))
+    pinned = {i.question for i in items if i.part == "report"}
+
+    def answer(request: EvalRequest) -> str:  # the candidate is right only on pinned items
+        if request.collaboration["mode"] == "vote":
+            return _right(request) if request.question in pinned else "0"
+        return "0"
+
+    got = _run(items, AnswerBy(answer))
+    assert got.selection["vote3"].correct == 0 and not got.choice.beat_greedy
+    assert {i.line for i in items if i.part == "report"} <= set(got.report_items)
+    rows = [r for r in got.rows if r["line"] in {i.line for i in items if i.part}]
+    assert rows and all(r["part"] == "report" for r in rows)
 
 
 # -- statistics ----------------------------------------------------------------------------
