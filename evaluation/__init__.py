@@ -51,7 +51,9 @@ from ._selection import choose as choose
 from ._split import Split as Split
 from ._split import split_items as split_items
 from ._stats import PairedTable as PairedTable
+from ._stats import holm as holm
 from ._stats import mcnemar_p as mcnemar_p
+from ._stats import paired_difference_interval as paired_difference_interval
 from ._stats import wilson as wilson
 
 __all__ = [
@@ -79,6 +81,7 @@ __all__ = [
     "candidate_from_dict",
     "choose",
     "evaluate",
+    "holm",
     "is_correct",
     "last_number",
     "load_candidate",
@@ -86,6 +89,7 @@ __all__ = [
     "load_items",
     "mcnemar_p",
     "names_in",
+    "paired_difference_interval",
     "parse_items",
     "preset_of",
     "request_for",

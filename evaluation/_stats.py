@@ -74,3 +74,48 @@ class PairedTable:
     def p(self) -> float:
         """The exact two-sided McNemar p of the candidate against greedy."""
         return mcnemar_p(self.only_candidate, self.only_greedy)
+
+
+def paired_difference_interval(table: PairedTable, z: float = 1.96) -> tuple[float, float]:
+    """95 % interval (by default) of the candidate's accuracy minus greedy's, paired.
+
+    Newcombe's hybrid score interval for a difference of paired proportions (method 10
+    of Newcombe 1998, Stat. Med. 17:2635): the two accuracies' Wilson intervals,
+    combined with the correlation of the paired outcomes. Unlike the Wald interval it
+    stays within [-1, 1] and behaves at 0 and 1. (0, 0) when there are no items.
+    """
+    n = table.both + table.only_greedy + table.only_candidate + table.neither
+    if n == 0:
+        return 0.0, 0.0
+    p1 = (table.both + table.only_candidate) / n  # the candidate's accuracy
+    p2 = (table.both + table.only_greedy) / n  # greedy's
+    l1, u1 = wilson(table.both + table.only_candidate, n, z)
+    l2, u2 = wilson(table.both + table.only_greedy, n, z)
+    margins = (
+        (table.both + table.only_candidate)
+        * (table.only_greedy + table.neither)
+        * (table.both + table.only_greedy)
+        * (table.only_candidate + table.neither)
+    )
+    cross = table.both * table.neither - table.only_candidate * table.only_greedy
+    phi = cross / math.sqrt(margins) if margins > 0 else 0.0
+    d = p1 - p2
+    below = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    above = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    return max(-1.0, d - below), min(1.0, d + above)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values, in the input's order: compare each with alpha as is.
+
+    Controls the family-wise error over all the tests (Holm 1979): the k-th smallest
+    p is multiplied by ``m - k + 1``, and the adjusted values are made monotone.
+    """
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
