@@ -77,7 +77,8 @@ def _graph_properties(schema: dict[str, Any]) -> None:
     schema["description"] = (
         "How the agents collaborate; mode-specific options ride along as extra fields "
         "(vote: style, wave, answer_tokens, debias [off|order|labels], "
-        "adaptive [off|beta|window], confidence, soft, calibrate [off|position|content]; "
+        "adaptive [off|beta|window], confidence, soft, calibrate [off|position|content], "
+        "gate, below [greedy|abstain|escalate]; "
         "debate: layout [auto|threads|transcript]; reflect: validator; cascade: verify; "
         "best_of: validator, judge [auto|self|likelihood|off], "
         "judge_instructions, answer_tokens, wave, adaptive (with judge likelihood); "

@@ -22,6 +22,7 @@ from ._graph import GraphConfig as GraphConfig
 from ._graph import GraphMode as GraphMode
 from ._reflect import Reflect as Reflect
 from ._reflect import ReflectConfig as ReflectConfig
+from ._vote import NO_CONFIDENT_ANSWER as NO_CONFIDENT_ANSWER
 from ._vote import Vote as Vote
 from ._vote import VoteConfig as VoteConfig
 
@@ -30,6 +31,7 @@ BUILTIN_MODES = (Vote, Debate, Reflect, Aggregate, Cascade, GraphMode, BestOf, C
 
 __all__ = [
     "BUILTIN_MODES",
+    "NO_CONFIDENT_ANSWER",
     "Aggregate",
     "Auto",
     "AutoConfig",

@@ -20,6 +20,14 @@ back to the canonical choice before the tally. Soft votes (``soft``): each
 voter's probability of every choice, read from its answer step's logprobs, is
 summed instead of its one sample counted (``_soft.py``: the first-token rule,
 renormalisation and the ``position`` calibration).
+
+Agreement gate (``gate``): the leader's share of the votes cast must reach the
+gate, or ``below`` decides: ``greedy`` answers with a fresh temperature-0 direct
+call of the first voter's spec (the same request as a one-voter direct vote at
+temperature 0), ``abstain`` answers ``NO_CONFIDENT_ANSWER`` with
+``details.abstained``, ``escalate`` keeps sampling in waves until the gate is
+reached (the exact and adaptive stops wait for it) and applies greedy when the
+voters are spent. ``details.agreement`` records the share whenever a gate is set.
 """
 
 from __future__ import annotations
@@ -58,6 +66,11 @@ ADAPTIVE_WAVE = 3
 
 ANSWER_CUE = "Therefore, the final answer is"
 
+#: a gated vote's answer content when it abstains (``below: abstain``)
+NO_CONFIDENT_ANSWER = "No confident answer."
+#: what a gated vote does when the agreement stays below its gate
+BELOW_GATE = ("greedy", "abstain", "escalate")
+
 
 def _style(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
     if value not in ("auto", "direct", "reason"):
@@ -71,6 +84,13 @@ def _debias(value: object) -> object:
     if value is False:
         return "off"
     return value
+
+
+def _gate(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise InvalidCollaboration(attribute.name, f"must be a number in (0, 1], got {value!r}")
 
 
 def _confidence(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -106,6 +126,12 @@ class VoteConfig(ModeConfig):
             ``debias``: the voters' mean preference per shown position divided out)
             or ``content`` (``style: direct``: each listing's distribution for a
             content-free question divided out, one short request per listing).
+        gate: the agreement gate, in (0, 1]: the leader's share of the votes cast must
+            reach it (None, the default: no gate).
+        below: what a vote whose agreement stays below ``gate`` does: ``greedy`` (a
+            fresh temperature-0 direct answer of the first voter), ``abstain`` (the
+            answer ``NO_CONFIDENT_ANSWER``, ``details.abstained: true``) or
+            ``escalate`` (more waves of voters until the gate is reached, then greedy).
     """
 
     style: str = attrs.field(default="auto", validator=_style)
@@ -116,9 +142,13 @@ class VoteConfig(ModeConfig):
     confidence: float = attrs.field(default=0.95, validator=_confidence)
     soft: bool = attrs.field(default=False, validator=boolean)
     calibrate: str = attrs.field(default="off", validator=one_of(SOFT_CALIBRATIONS))
+    gate: float | None = attrs.field(default=None, validator=_gate)
+    below: str = attrs.field(default="greedy", validator=one_of(BELOW_GATE))
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
+        if self.below != "greedy" and self.gate is None:
+            raise InvalidCollaboration("below", "applies to a gated vote: set gate")
         if self.debias != "off" and (self.answer is None or not self.answer.choices):
             raise InvalidCollaboration("debias", "needs answer.choices (fixed choices to reorder)")
         if self.soft and (self.answer is None or not self.answer.choices):
@@ -165,7 +195,8 @@ class Vote(CollaborationOp[VoteConfig]):
                 )
 
     def max_turns(self, config: VoteConfig, agents: Sequence[AgentSpec]) -> int:
-        return 2 * sum(a.count for a in agents)  # a reasoning turn and an answer turn each
+        turns = 2 * sum(a.count for a in agents)  # a reasoning turn and an answer turn each
+        return turns + (1 if config.gate is not None else 0)  # the greedy answer below the gate
 
     async def run(self, ctx: CollaborationContext[VoteConfig]) -> ModeResult:
         config = ctx.config
@@ -188,6 +219,12 @@ class Vote(CollaborationOp[VoteConfig]):
             soft, views, answer_tokens, fallback = _start_soft(ctx, voters, views)
         decided = False
         stopped_by: str | None = None
+        gate = config.gate
+        escalate = config.below == "escalate"
+
+        def agreed() -> bool:
+            """Whether a gated vote may stop early: its agreement reached the gate."""
+            return gate is None or _agreement(tally) >= gate
 
         async def cast(i: int, window: list[str]) -> None:
             nonlocal decided, stopped_by
@@ -226,26 +263,36 @@ class Vote(CollaborationOp[VoteConfig]):
                 **extra,
             )
             settled = tally.decided() if soft is None else soft.decided()
-            if config.early_stop and not decided and tally.remaining > 0 and settled:
+            if config.early_stop and not decided and tally.remaining > 0 and settled and agreed():
                 decided = True
                 stopped_by = "exact"
                 await self._prune_rest(ctx, voters, voter)
 
-        wave = config.wave or (ADAPTIVE_WAVE if rule.kind != "off" else len(voters))
+        waves = rule.kind != "off" or escalate
+        wave = config.wave or (ADAPTIVE_WAVE if waves else len(voters))
+        started = 0
         for start in range(0, len(voters), wave):
             window: list[str] = []
+            started += 1
             async with anyio.create_task_group() as tg:
                 for i in range(start, min(start + wave, len(voters))):
                     tg.start_soon(cast, i, window)
             if decided:
                 break
-            if tally.remaining > 0 and rule.stops(tally, window):
+            if tally.remaining > 0 and escalate and agreed():
+                decided = True
+                stopped_by = "gate"
+                await self._prune_rest(ctx, voters, None)
+                break
+            if tally.remaining > 0 and rule.stops(tally, window) and agreed():
                 decided = True
                 stopped_by = rule.kind
                 await self._prune_rest(ctx, voters, None)
                 break
         winner = tally.leader()
         details: dict[str, object] = {"style": style, "samples": tally.cast}
+        if escalate:
+            details["waves"] = started
         debias = config.debias if fallback is None or fallback["to"] != "labels" else "labels"
         if debias != "off":
             details["debias"] = debias
@@ -258,6 +305,27 @@ class Vote(CollaborationOp[VoteConfig]):
         if soft is not None:
             winner = soft.finish(details) or winner
         answer = winner
+        if gate is not None:
+            agreement = _agreement(tally)
+            details["agreement"] = round(agreement, 4)
+            details["abstained"] = False
+            if agreement < gate:
+                details["below_gate"] = "abstain" if config.below == "abstain" else "greedy"
+                if config.below == "abstain":
+                    details["abstained"] = True
+                    return ModeResult(
+                        answer=NO_CONFIDENT_ANSWER,
+                        early_stopped=decided,
+                        votes=tally.as_dict(),
+                        details=details,
+                    )
+                await ctx.emit(
+                    "escalate", None, reason=f"agreement {agreement:.3f} below gate {gate}"
+                )
+                answer = await self._greedy(ctx, voter_specs[0])
+                return ModeResult(
+                    answer=answer, early_stopped=decided, votes=tally.as_dict(), details=details
+                )
         if aggregator_spec is not None:
             details["decision"] = winner
             majority = [v for v in voters if v.record.answer == winner]
@@ -265,6 +333,26 @@ class Vote(CollaborationOp[VoteConfig]):
         return ModeResult(
             answer=answer, early_stopped=decided, votes=tally.as_dict(), details=details
         )
+
+    async def _greedy(self, ctx: CollaborationContext[VoteConfig], spec: AgentSpec) -> str:
+        """A fresh temperature-0 direct answer of ``spec``: a one-voter direct vote's request.
+
+        Raises:
+            CollaborationFailed: the call produced nothing.
+        """
+        one = attrs.evolve(spec, count=1, temperature=0.0)
+        name = f"{spec.name}-greedy"
+        while name in ctx.roles:
+            name += "-"
+        role = await ctx.spawn(name, one, "greedy")
+        view = _views(ctx.config, 1)[0]
+        got = await self._vote(ctx, role, "direct", view)
+        if got is None:
+            raise ctx.failure("the greedy answer below the gate produced nothing")
+        text = got[0]
+        answer = await ctx.normalize(text) if view is None else await _canonical(ctx, view, text)
+        role.record.answer = answer
+        return answer
 
     async def _prune_rest(
         self, ctx: CollaborationContext[VoteConfig], voters: list[Role], voter: Role | None
@@ -420,6 +508,12 @@ def _instructions(
         own = _view_instructions(view, style)
         instructions = f"{spec.instructions}\n{own}" if spec.instructions else own
     return instructions
+
+
+def _agreement(tally: Tally) -> float:
+    """The leader's share of the votes cast (0 when none was)."""
+    lead = tally.leader()
+    return tally.counts[lead] / tally.cast if lead and tally.cast else 0.0
 
 
 def _first(logprobs: tuple[TokenLogprob, ...] | None) -> TokenLogprob | None:
