@@ -17,12 +17,19 @@ instead of the sandbox killing it: a power's exponent and its result's size
 (``9 ** 9 ** 9``, ``(2 ** 999) ** 999``), ``factorial``'s argument, ``round``'s
 digits (``round(5, -10 ** 9)`` builds a number of a billion digits), and the
 digits of every integer an operation or a function returns.
+
+A program (``compute``'s ``steps``) is a few named steps, one assignment each
+(``price = 3 * 4``, ``total = price + 5``): :func:`check_step` allows a step's
+expression the names of earlier steps and nothing else (no reassignment, no
+dunder, ``MAX_STEPS`` steps of names at most ``MAX_NAME_CHARS`` long), and
+:func:`evaluate_program` evaluates the steps in order with the same bounds.
 """
 
 import ast
 import math
 import operator
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 _OPERATOR_NODES = (ast.operator, ast.unaryop, ast.cmpop, ast.expr_context)
@@ -39,6 +46,12 @@ MAX_DIGITS = 4000
 MAX_ROUND_DIGITS = 100
 #: the largest argument of ``factorial``
 MAX_FACTORIAL = 500
+#: the most steps a program may have
+MAX_STEPS = 6
+#: the longest name a step may assign
+MAX_NAME_CHARS = 24
+#: a step's name: lower case, a letter first (so never a dunder)
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     "abs": abs,
@@ -82,13 +95,14 @@ class ExpressionError(ValueError):
     """The expression is not in the calculator's language, or its value cannot be computed."""
 
 
-def check_expression(text: str) -> ast.Expression:
+def check_expression(text: str, names: Collection[str] = ()) -> ast.Expression:
     """``text``'s syntax tree, checked against the language without evaluating anything.
 
     Every node must be a number, a constant, an allowed operator or a call of an
     allowed function; a literal argument already out of bounds (``round(5, -10**8)``
     written out, ``factorial(1000)``) is refused here too. Bounds on computed values
-    are :func:`evaluate_expression`'s, in the sandbox.
+    are :func:`evaluate_expression`'s, in the sandbox. ``names``: the earlier steps'
+    names a program's step may read (none in a plain expression).
     """
     if len(text) > MAX_EXPRESSION_CHARS:
         raise ExpressionError(f"longer than {MAX_EXPRESSION_CHARS} characters")
@@ -99,11 +113,11 @@ def check_expression(text: str) -> ast.Expression:
     nodes = list(ast.walk(tree.body))  # breadth first: no recursion
     callees = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
     for node in nodes:
-        _check_node(node, id(node) in callees)
+        _check_node(node, id(node) in callees, names)
     return tree
 
 
-def _check_node(node: ast.AST, callee: bool) -> None:
+def _check_node(node: ast.AST, callee: bool, names: Collection[str] = ()) -> None:
     if isinstance(node, ast.Constant):
         if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
             raise ExpressionError(f"only numbers are allowed, not {node.value!r}")
@@ -121,7 +135,7 @@ def _check_node(node: ast.AST, callee: bool) -> None:
             if type(op) not in _COMPARE:
                 raise ExpressionError(f"{type(op).__name__} is not allowed")
     elif isinstance(node, ast.Name):
-        if node.id not in (FUNCTIONS if callee else CONSTANTS):
+        if node.id not in (FUNCTIONS if callee else (*CONSTANTS, *names)):
             raise ExpressionError(f"unknown name {node.id!r}")
     elif isinstance(node, ast.Call):
         if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
@@ -160,9 +174,54 @@ def _check_arguments(name: str, args: list[Number | None]) -> None:
 
 def evaluate_expression(text: str) -> Number:
     """The value of ``text``; an :class:`ExpressionError` says what is wrong with it."""
-    tree = check_expression(text)
+    return _evaluate(check_expression(text), {})
+
+
+def check_step(text: str, names: Collection[str] = ()) -> tuple[str, ast.Expression]:
+    """A program step's name and its expression's checked tree (nothing evaluated).
+
+    A step is one assignment ``name = expression``: a new lower-case name (not an
+    earlier step's, not a function or constant of the language), and an expression
+    of the language that may read ``names``, the earlier steps' names.
+    """
+    if len(names) >= MAX_STEPS:
+        raise ExpressionError(f"a program has at most {MAX_STEPS} steps")
+    name, sign, expression = text.strip().partition("=")
+    name = name.strip()
+    if not sign or expression.lstrip().startswith("="):
+        raise ExpressionError("a step assigns one name: name = expression")
+    if not NAME_PATTERN.fullmatch(name):
+        raise ExpressionError(
+            f"a step's name is lower-case letters, digits and _, a letter first: {name[:40]!r}"
+        )
+    if len(name) > MAX_NAME_CHARS:
+        raise ExpressionError(f"a step's name has at most {MAX_NAME_CHARS} characters")
+    if name in FUNCTIONS or name in CONSTANTS:
+        raise ExpressionError(f"{name!r} is the calculator's own name")
+    if name in names:
+        raise ExpressionError(f"{name!r} is already assigned (a step names a new value)")
+    return name, check_expression(expression, names)
+
+
+def evaluate_program(steps: Sequence[str]) -> list[Number]:
+    """Each step's value, in order: every step checked, then evaluated with the earlier values."""
+    env: dict[str, Number] = {}
+    values: list[Number] = []
+    for i, text in enumerate(steps, 1):
+        try:
+            name, tree = check_step(text, env)
+            value = _evaluate(tree, env)
+        except ExpressionError as exc:
+            raise ExpressionError(f"step {i}: {exc}") from None
+        env[name] = value
+        values.append(value)
+    return values
+
+
+def _evaluate(tree: ast.Expression, env: Mapping[str, Number]) -> Number:
+    """The value of a checked tree, names read from ``env``."""
     try:
-        value = _value(tree.body)
+        value = _value(tree.body, env)
     except ExpressionError:
         raise
     except (ArithmeticError, ValueError, TypeError) as exc:
@@ -174,13 +233,13 @@ def evaluate_expression(text: str) -> Number:
     return value
 
 
-def _value(node: ast.AST) -> Number | tuple[Number, ...]:
+def _value(node: ast.AST, env: Mapping[str, Number]) -> Number | tuple[Number, ...]:
     if isinstance(node, ast.Constant):
         if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
             raise ExpressionError(f"only numbers are allowed, not {node.value!r}")
         return node.value
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _number(node.left), _number(node.right)
+        left, right = _number(node.left, env), _number(node.right, env)
         if isinstance(node.op, ast.Pow) and (
             abs(right) > MAX_EXPONENT or (abs(left) > 2 and abs(right) * _digits(left) > MAX_DIGITS)
         ):
@@ -190,30 +249,32 @@ def _value(node: ast.AST) -> Number | tuple[Number, ...]:
             raise ExpressionError("the value has too many digits")
         return result
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        signed: Number = _UNARY[type(node.op)](_number(node.operand))
+        signed: Number = _UNARY[type(node.op)](_number(node.operand, env))
         return signed
     if isinstance(node, ast.Compare):
-        left = _number(node.left)
+        left = _number(node.left, env)
         for op, right_node in zip(node.ops, node.comparators, strict=True):
             if type(op) not in _COMPARE:
                 raise ExpressionError(f"{type(op).__name__} is not allowed")
-            right = _number(right_node)
+            right = _number(right_node, env)
             if not _COMPARE[type(op)](left, right):
                 return False
             left = right
         return True
     if isinstance(node, (ast.Tuple, ast.List)):
-        return tuple(_number(e) for e in node.elts)
+        return tuple(_number(e, env) for e in node.elts)
     if isinstance(node, ast.Name):
         if node.id in CONSTANTS:
             return CONSTANTS[node.id]
+        if node.id in env:
+            return env[node.id]
         raise ExpressionError(f"unknown name {node.id!r}")
     if isinstance(node, ast.Call):
         if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
             raise ExpressionError(f"only these functions are allowed: {sorted(FUNCTIONS)}")
         if node.keywords:
             raise ExpressionError("keyword arguments are not allowed")
-        args = [_value(a) for a in node.args]
+        args = [_value(a, env) for a in node.args]
         numbers = [a if isinstance(a, (int, float)) else None for a in args]
         _check_arguments(node.func.id, numbers)  # the computed ones, now known
         called: Number = FUNCTIONS[node.func.id](*args)
@@ -223,8 +284,8 @@ def _value(node: ast.AST) -> Number | tuple[Number, ...]:
     raise ExpressionError(f"{type(node).__name__} is not allowed in an expression")
 
 
-def _number(node: ast.AST) -> Number:
-    value = _value(node)
+def _number(node: ast.AST, env: Mapping[str, Number]) -> Number:
+    value = _value(node, env)
     return _number_of(value)
 
 

@@ -17,9 +17,17 @@ from __future__ import annotations
 import inspect
 import json
 import math
+from collections.abc import Callable, Sequence
 
 from . import _arith
-from ._arith import MAX_EXPRESSION_CHARS, ExpressionError, check_expression
+from ._arith import (
+    MAX_EXPRESSION_CHARS,
+    MAX_NAME_CHARS,
+    MAX_STEPS,
+    ExpressionError,
+    check_expression,
+    check_step,
+)
 from ._code_policy import require_code
 from ._errors import CollaborationError
 from ._sandbox import SandboxLimits, run_sandboxed
@@ -40,6 +48,15 @@ EXPRESSION_REGEX = (
     r"{1,80}"
 )
 
+#: the regex a program step's turn is constrained by: a lower-case name, `` = ``, then the
+#: expression language with lower-case names (earlier steps' names; the check says which)
+STEP_REGEX = (
+    rf"[a-z][a-z0-9_]{{0,{MAX_NAME_CHARS - 1}}} = "
+    r"(?:[0-9a-z_]|[ .,+\-*/%()]){1,80}"
+)
+#: the regex of a program's last allowed step: it must assign ``answer``
+ANSWER_STEP_REGEX = r"answer = (?:[0-9a-z_]|[ .,+\-*/%()]){1,80}"
+
 _PROGRAM = """
 {source}
 
@@ -50,6 +67,19 @@ except ExpressionError as exc:
     print(json.dumps({{"error": str(exc)}}))
 else:
     print(json.dumps({{"value": value}}))
+"""
+
+
+_STEPS_PROGRAM = """
+{source}
+
+import json, sys
+try:
+    values = evaluate_program({steps!r})
+except ExpressionError as exc:
+    print(json.dumps({{"error": str(exc)}}))
+else:
+    print(json.dumps({{"values": values}}))
 """
 
 
@@ -71,13 +101,59 @@ async def calculate(expression: str) -> str:
 async def calculate_value(expression: str) -> int | float | bool:
     """The value of ``expression``, evaluated in the sandbox (see :func:`calculate`)."""
     require_code("calculator", "tools")  # the gate holds where it runs, too
+    _checked(lambda: check_expression(expression))
+    program = _PROGRAM.format(source=_SOURCE, expression=expression)
+    value = (await _run(program))["value"]
+    if not isinstance(value, (int, float)):  # bool is an int
+        raise CalculationError(f"the evaluation returned {value!r}")
+    return value
+
+
+async def calculate_program(steps: Sequence[str]) -> list[int | float | bool]:
+    """Each value of a program of named steps (``_arith.evaluate_program``), in the sandbox.
+
+    Every step is checked here first (its syntax tree: one new name, an expression
+    reading only earlier names; at most ``MAX_STEPS``); nothing is evaluated in
+    this process. A fresh sandbox holds no state between calls, so the whole
+    program so far is what one call evaluates (``compute`` calls it once per step,
+    the step's value being needed before the model writes the next).
+
+    Raises:
+        CalculationError: a step is not in the language, or has no finite value.
+        SandboxUnavailable: this machine cannot sandbox the evaluation (nothing ran).
+    """
+    require_code("calculator", "tools")
+    if len(steps) > MAX_STEPS:
+        raise CalculationError(f"a program has at most {MAX_STEPS} steps")
+
+    def check_all() -> None:
+        names: list[str] = []
+        for i, step in enumerate(steps, 1):
+            try:
+                names.append(check_step(step, names)[0])
+            except ExpressionError as exc:
+                raise ExpressionError(f"step {i}: {exc}") from None
+
+    _checked(check_all)
+    program = _STEPS_PROGRAM.format(source=_SOURCE, steps=list(steps))
+    values = (await _run(program))["values"]
+    if not isinstance(values, list) or not all(isinstance(v, (int, float)) for v in values):
+        raise CalculationError(f"the evaluation returned {values!r}")
+    return values
+
+
+def _checked(check: Callable[[], object]) -> None:
+    """Run a syntax check in process, its failure as a :class:`CalculationError`."""
     try:
-        check_expression(expression)  # the syntax alone, here, before any process starts
+        check()
     except ExpressionError as exc:
         raise CalculationError(str(exc)) from None
     except RecursionError:
         raise CalculationError("the expression is nested too deeply") from None
-    program = _PROGRAM.format(source=_SOURCE, expression=expression)
+
+
+async def _run(program: str) -> dict[str, object]:
+    """The JSON reply of ``program`` run in a fresh sandbox (an ``error`` raised)."""
     result = await run_sandboxed(program, timeout=CALCULATOR_TIMEOUT, limits=CALCULATOR_LIMITS)
     if result.timed_out:
         raise CalculationError(f"the evaluation ran past {CALCULATOR_TIMEOUT:g} s")
@@ -86,12 +162,11 @@ async def calculate_value(expression: str) -> int | float | bool:
     except ValueError:
         detail = result.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
         raise CalculationError(f"the evaluation failed: {detail[0]}") from None
+    if not isinstance(reply, dict):
+        raise CalculationError(f"the evaluation returned {reply!r}")
     if "error" in reply:
         raise CalculationError(str(reply["error"]))
-    value = reply["value"]
-    if not isinstance(value, (int, float)):  # bool is an int
-        raise CalculationError(f"the evaluation returned {value!r}")
-    return value
+    return reply
 
 
 def format_value(value: int | float | bool) -> str:

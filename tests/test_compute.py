@@ -150,8 +150,10 @@ async def test_compute_with_choices_answers_the_choice_its_value_states() -> Non
 async def test_compute_votes_the_values_and_a_tie_goes_to_the_first_agent() -> None:
     engine, _ = scripted({"a": "40 + 2", "b": "41", "c": "40 + 1"})
     async with engine:
-        out = await collaborate(engine, "compute", "What is 40 + 2?", agents("a", "b", "c"))
-    assert out.answer == "41"  # b and c agree against a
+        out = await collaborate(
+            engine, "compute", "What is 40 + 2?", agents("a", "b", "c"), verify=False
+        )
+    assert out.answer == "41"  # b and c agree against a (41 is no stated number: unverified)
     assert out.votes == {"42": 1, "41": 2}
     engine, _ = scripted({"a": "40 + 2", "b": "41", "c": "x"})
     async with engine:
@@ -176,7 +178,7 @@ async def test_compute_answers_directly_where_there_is_nothing_to_compute() -> N
 
 
 async def test_compute_falls_back_to_a_direct_answer_when_no_value_states_a_choice() -> None:
-    engine, seen = scripted({"solver": "37 + 47"}, direct="85")
+    engine, seen = scripted({"solver": "37 + 48 - 1"}, direct="85")
     async with engine:
         out = await collaborate(
             engine,

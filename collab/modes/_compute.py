@@ -11,12 +11,43 @@ agree on another value: self-consistency over programs). With
 ``answer.choices`` a value counts for the choice that states it (``"85"``,
 ``"85.0"``); a value that states no choice abstains.
 
+With ``steps`` > 1 each agent writes a short program instead, one named step a
+turn (``price = 3 * 4``, then ``total = price + 5``), each turn held to
+``STEP_REGEX`` (the last allowed one to ``ANSWER_STEP_REGEX``: ``answer = …``).
+Each step is checked (``_arith.check_step``: a new name, an expression of the
+language reading only earlier names) and the program so far is evaluated in a
+fresh sandbox (``calculate_program``), and the step's value is shown to the
+next turn (``price = 3 * 4  # = 12``). The program ends at ``answer = …`` or at
+the bound; its last value is the agent's.
+
+With ``verify`` (the default) an agent's expression or program must use only
+numbers the question states (``_grounding``: digits or number words, or a
+small constant such as 60 or 100): one that invents a number is rejected
+(``details`` say which numbers) and counts as no value.
+
 Where there is nothing to compute (``calls_for_calculation``: no number in
-the question, or choices that are not all numbers) or no expression gives a
-usable value, the first agent answers directly at temperature 0, exactly as
-a greedy single call (``vote``'s direct instructions, held to the choices);
-``details.path`` says which happened and why. So the mode never does worse
-than greedy where the calculator cannot help, and never refuses a question.
+the question, or choices that are not all numbers; an ordinal such as "3rd"
+is a position, not a quantity) or no expression gives a usable value, the
+first agent answers directly at temperature 0, as greedy's single call
+(:meth:`Compute._direct`); ``details.path`` says which happened and why. So the
+mode never does worse than greedy where the calculator cannot help, and never
+refuses a question.
+
+Why compute lost to greedy on free answers (issue 40: 0.417 against 0.475,
+7 items lost, 0 won), read from the code, not measured. The direct path was
+not greedy's call: for a free question it sent no instructions at all where
+greedy's direct voter is told "Answer concisely.", and it returned the raw
+reply where greedy returns the normalised answer; with choices it gave a
+larger budget than greedy's 16 answer tokens and ignored a persona's own
+instructions. Every free question without two numbers (the one-word families)
+went through that path, so any item where the reworded prompt changed the
+model's reply could only move away from greedy's answer. The direct path is
+now byte-identical to greedy's single call (a test on the ScriptedEngine holds
+it). The second route is the expression path itself: a question that states
+two numbers (single-digit products, "What is 7 times 8?") goes to an
+expression even where greedy is already right, so it can only lose there;
+the grounding check sends a program that invents a number back to greedy,
+but it cannot catch a wrong use of stated numbers.
 """
 
 from __future__ import annotations
@@ -31,29 +62,42 @@ import anyio
 import attrs
 
 from .._agent import Role, Turn
-from .._arith import MAX_EXPRESSION_CHARS
+from .._arith import MAX_EXPRESSION_CHARS, MAX_NAME_CHARS, MAX_STEPS
 from .._calculator import (
+    ANSWER_STEP_REGEX,
     CALCULATOR,
     EXPRESSION_REGEX,
+    STEP_REGEX,
     CalculationError,
+    calculate_program,
     calculate_value,
     format_value,
 )
 from .._code_policy import require_code
 from .._config import ModeConfig, boolean, int_in, not_none
 from .._context import CollaborationContext
+from .._grounding import grounding_failure
 from .._mode import CollaborationOp, ModeResult
 from .._spec import AgentSpec
 from .._tally import majority
-from ._vote import direct_instructions
+from ._vote import VoteConfig, direct_instructions
 
 EXPRESSION_INSTRUCTIONS = (
     "Do not answer in words. Write only one arithmetic expression whose value is the "
     "answer, such as a * b + c or max(a, b), with the question's numbers in place of "
     "the letters."
 )
+STEP_INSTRUCTIONS = (
+    "Do not answer in words. Solve the question with a short program of named steps, "
+    "one step per line, such as price = 3 * 4 and then total = price + 5, using the "
+    "question's numbers and the names of earlier steps. The last step is answer = ..."
+)
+#: the budget of greedy's constrained answer step (``vote``'s default ``answer_tokens``)
+GREEDY_ANSWER_TOKENS: int = VoteConfig().answer_tokens
 #: a number in text: digits, an optional decimal part (a thousands comma is not one)
 NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?")
+#: a quantity in a question: a number that is not an ordinal ("3rd" names a position)
+QUANTITY = re.compile(NUMBER.pattern + r"(?!(?:st|nd|rd|th)\b)")
 #: words that ask for a calculation on one number (a conversion, a fraction)
 CUES = re.compile(
     r"\b(?:plus|minus|times|multipl\w*|divid\w*|sum|total|difference|product|percent|"
@@ -68,11 +112,17 @@ class ComputeConfig(ModeConfig):
     """compute options.
 
     Attributes:
-        expression_tokens: budget of each expression turn.
+        expression_tokens: budget of each expression (or program step) turn.
+        steps: 1: one expression per agent; more: a program of at most this many
+            named steps, one per turn, each evaluated in the sandbox.
+        verify: reject an expression or program that uses a number the question
+            does not state (``_grounding``); it counts as no value.
         fallback: answer directly (greedy) when nothing can be computed; off: fail instead.
     """
 
     expression_tokens: int = attrs.field(default=48, validator=[not_none, int_in(4, 256)])
+    steps: int = attrs.field(default=1, validator=[not_none, int_in(1, MAX_STEPS)])
+    verify: bool = attrs.field(default=True, validator=boolean)
     fallback: bool = attrs.field(default=True, validator=boolean)
 
 
@@ -85,8 +135,9 @@ def calls_for_calculation(question: str, choices: Sequence[str] | None) -> bool:
 
     With choices: every choice is a number and the question states one. Without:
     the question states two numbers, or one and a calculation word (``CUES``).
+    An ordinal ("the 3rd letter") states no quantity.
     """
-    found = len(NUMBER.findall(question))
+    found = len(QUANTITY.findall(question))
     if choices:
         return found >= 1 and all(_is_number(c) for c in choices)
     return found >= 2 or (found == 1 and CUES.search(question) is not None)
@@ -113,7 +164,8 @@ class Compute(CollaborationOp[ComputeConfig]):
         require_code("calculator", "collaboration.mode")
 
     def max_turns(self, config: ComputeConfig, agents: Sequence[AgentSpec]) -> int:
-        return sum(a.count for a in agents) + 1  # one expression each, one direct answer
+        # one expression (or program step) each per step, one direct answer
+        return sum(a.count for a in agents) * config.steps + 1
 
     async def run(self, ctx: CollaborationContext[ComputeConfig]) -> ModeResult:
         choices = ctx.choices
@@ -129,7 +181,8 @@ class Compute(CollaborationOp[ComputeConfig]):
         found: list[dict[str, Any]] = [{} for _ in roles]
         async with anyio.create_task_group() as tg:
             for i, role in enumerate(roles):
-                tg.start_soon(self._solve, ctx, role, found, i)
+                solve = self._solve if ctx.config.steps == 1 else self._solve_steps
+                tg.start_soon(solve, ctx, role, found, i)
         answers = [entry.get("answer", "") for entry in found]
         votes: dict[str, int] = {}
         for left, (role, answer) in enumerate(zip(roles, answers, strict=True), 1):
@@ -139,15 +192,18 @@ class Compute(CollaborationOp[ComputeConfig]):
             await ctx.emit(
                 "vote", role.agent, answer=answer, votes=dict(votes), remaining=len(roles) - left
             )
-        details: dict[str, Any] = {"expressions": found}
+        details: dict[str, Any] = {"expressions" if ctx.config.steps == 1 else "programs": found}
         winner = majority([a for a in answers if a], None)
         if winner:
             return ModeResult(answer=winner, votes=votes, details={**details, "path": "computed"})
-        why = (
-            "no expression's value states one of the choices"
-            if choices and any("value" in entry for entry in found)
-            else "no expression could be evaluated"
-        )
+        if any("rejected" in entry for entry in found) and not any(
+            entry.get("answer") for entry in found
+        ):
+            why = "no program uses only numbers the question states"
+        elif choices and any("value" in entry for entry in found):
+            why = "no expression's value states one of the choices"
+        else:
+            why = "no expression could be evaluated"
         if not ctx.config.fallback:
             raise ctx.failure(why)
         return await self._direct(ctx, roles[0], {**details, "path": "direct", "why": why})
@@ -188,12 +244,7 @@ class Compute(CollaborationOp[ComputeConfig]):
             entry["error"] = str(exc)
         else:
             entry["value"] = value
-            if isinstance(value, bool):
-                entry["answer"] = ""  # a comparison states no number
-            elif ctx.choices:
-                entry["answer"] = choice_for(value, ctx.choices)
-            else:
-                entry["answer"] = format_value(value)
+            self._settle(ctx, entry, [expression])
         await ctx.emit(
             "tool_result",
             role.agent,
@@ -204,20 +255,112 @@ class Compute(CollaborationOp[ComputeConfig]):
             duration=anyio.current_time() - start,
         )
 
+    def _settle(
+        self, ctx: CollaborationContext[ComputeConfig], entry: dict[str, Any], program: list[str]
+    ) -> None:
+        """``entry``'s answer from its value, unless the check rejects its numbers."""
+        value = entry["value"]
+        rejected = grounding_failure(ctx.question, program) if ctx.config.verify else None
+        if rejected is not None:
+            entry["rejected"] = rejected
+            entry["answer"] = ""
+        elif isinstance(value, bool):
+            entry["answer"] = ""  # a comparison states no number
+        elif ctx.choices:
+            entry["answer"] = choice_for(value, ctx.choices)
+        else:
+            entry["answer"] = format_value(value)
+
+    async def _solve_steps(
+        self,
+        ctx: CollaborationContext[ComputeConfig],
+        role: Role,
+        found: list[dict[str, Any]],
+        i: int,
+    ) -> None:
+        """One agent's program, a step a turn, each evaluated in the sandbox (into ``found[i]``).
+
+        One sandbox call per step, evaluating the program so far: a fresh sandbox
+        keeps no state between calls, and the step's value must reach the next turn
+        before the model writes it; re-evaluating the earlier steps is cheap.
+        """
+        spec = role.spec
+        bound = ctx.config.steps
+        steps: list[str] = []
+        shown: list[str] = []  # the program as the next turn sees it, each value written
+        entry: dict[str, Any] = found[i]
+        entry.update(agent=role.agent, steps=[])
+        for k in range(bound):
+            last = k == bound - 1
+            seen = "\n".join(["Steps so far:", *shown]) if shown else ""
+            ask = "Write only the last step: answer = ..." if last else "Write only the next step."
+            instructions = " ".join(filter(None, (spec.instructions, STEP_INSTRUCTIONS)))
+            text = "\n".join(filter(None, (instructions, seen, ask)))
+            sampling = attrs.evolve(
+                ctx.sampling(spec, max_tokens=ctx.config.expression_tokens),
+                regex=None if role.bridge.remote else (ANSWER_STEP_REGEX if last else STEP_REGEX),
+            )
+            prompt = ctx.prompt(spec, instructions=text)
+            done = await ctx.turn(role, Turn(prompt, sampling, label="step", keep=False))
+            lines = done.content.strip().strip("`").strip().splitlines()
+            step = (lines[0].strip() if lines else "")[: MAX_NAME_CHARS + 3 + MAX_EXPRESSION_CHARS]
+            if done.result is None or not step:
+                entry["error"] = f"step {k + 1}: no step written"
+                return
+            program = [*steps, step]
+            await ctx.emit(
+                "tool_call",
+                role.agent,
+                label="step",
+                name=CALCULATOR,
+                arguments=json.dumps({"steps": program}),
+            )
+            start = anyio.current_time()
+            try:
+                values = await calculate_program(program)
+            except CalculationError as exc:
+                entry["steps"].append({"step": step, "seen": list(shown)})
+                entry["error"] = str(exc)
+                values = []
+            else:
+                entry["steps"].append({"step": step, "value": values[-1], "seen": list(shown)})
+            await ctx.emit(
+                "tool_result",
+                role.agent,
+                label="step",
+                name=CALCULATOR,
+                ok=bool(values),
+                output=str(values[-1] if values else entry.get("error", "")),
+                duration=anyio.current_time() - start,
+            )
+            if not values:
+                return
+            steps = program
+            shown.append(f"{step}  # = {format_value(values[-1])}")
+            if step.partition("=")[0].strip() == "answer":
+                break
+        entry["value"] = entry["steps"][-1]["value"]
+        self._settle(ctx, entry, steps)
+
     async def _direct(
         self, ctx: CollaborationContext[ComputeConfig], role: Role, details: dict[str, Any]
     ) -> ModeResult:
-        """The first agent's direct answer at temperature 0: a greedy single call."""
+        """Greedy's single call, byte for byte: ``vote`` with ``style: direct`` and one voter.
+
+        The same prompt (the agent's own instructions, else ``direct_instructions``),
+        the same sampling at temperature 0 (constrained to the answer spec; with
+        choices greedy's ``GREEDY_ANSWER_TOKENS``, free the request's ``max_tokens``,
+        which is the ``answer_tokens`` ``microagent eval`` sends greedy), and the
+        same normalised answer.
+        """
         choices = ctx.choices
         spec = role.spec
-        prompt = ctx.prompt(spec, instructions=direct_instructions(choices) if choices else "")
-        budget = None  # a free answer: the agent's or the collaboration's max_tokens
-        if choices:  # vote's answer step: 16 tokens, or what the longest choice needs
-            budget = max(16, *(len(role.bridge.tokenize(c)) + 1 for c in choices))
+        prompt = ctx.prompt(spec, instructions=spec.instructions or direct_instructions(choices))
+        budget = GREEDY_ANSWER_TOKENS if choices else None
         sampling = ctx.sampling(spec, max_tokens=budget, temperature=0.0, constrained=True)
         done = await ctx.turn(role, Turn(prompt, sampling, label="answer", keep=False))
         if done.result is None:
             raise ctx.failure("the agent produced nothing")
-        answer = await ctx.normalize(done.content) if choices else done.content
+        answer = await ctx.normalize(done.content)
         role.record.answer = answer
         return ModeResult(answer=answer, details=details)
