@@ -30,6 +30,7 @@ from ._errors import BadConfig as BadConfig
 from ._errors import BadItem as BadItem
 from ._errors import EvalError as EvalError
 from ._errors import JournalError as JournalError
+from ._errors import MissingReply as MissingReply
 from ._evaluate import EvalReport as EvalReport
 from ._evaluate import evaluate as evaluate
 from ._evaluate import write_outputs as write_outputs
@@ -73,6 +74,7 @@ __all__ = [
     "Fields",
     "HTTPRunner",
     "JournalError",
+    "MissingReply",
     "PairedTable",
     "Reply",
     "Runner",

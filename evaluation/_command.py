@@ -6,7 +6,8 @@
 one ``VLLMBridge`` or over HTTP (``--base-url``), prints the table and writes
 ``report.json``, ``report.txt``, the journal and, when a candidate beat greedy on
 the selection part, ``preset.json`` under ``--out``. Rerunning the same command
-resumes from the journal.
+resumes from the journal; rerunning it with ``--replay`` recomputes the report from
+the journal alone (no engine started, no request sent).
 """
 
 from __future__ import annotations
@@ -102,6 +103,12 @@ def add_eval_options(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_TOKENS,
         help=f"completion budget of configurations that set none (default {DEFAULT_MAX_TOKENS})",
     )
+    p.add_argument(
+        "--replay",
+        action="store_true",
+        help="run nothing: recompute the report from --out's journal alone (every reply "
+        "must be recorded there; no engine is started and no request is sent)",
+    )
 
 
 def _inputs(args: argparse.Namespace) -> tuple[list[EvalItem], list[Candidate]]:
@@ -117,7 +124,7 @@ async def _run(
     candidates: Sequence[Candidate],
     runner: Runner | None,
 ) -> EvalReport:
-    async def run_on(where: Runner) -> EvalReport:
+    async def run_on(where: Runner | None) -> EvalReport:
         return await evaluate(
             items,
             candidates,
@@ -127,8 +134,12 @@ async def _run(
             max_tokens=args.max_tokens,
             journal=args.out / JOURNAL_FILE,
             concurrency=args.concurrency,
+            replay=args.replay,
         )
 
+    if args.replay:  # the recorded replies only; --base-url names the runner to read under
+        named = HTTPRunner(args.base_url, args.model) if args.base_url else None  # never run
+        return await run_on(runner if runner is not None else named)
     if runner is not None:
         return await run_on(runner)
     if args.base_url:
@@ -150,7 +161,8 @@ def cmd_eval(
     Args:
         args: what ``add_eval_options``' parser parsed.
         runner: run requests here instead (tests inject a fake runner); default: in
-            process on ``--model``, or over HTTP with ``--base-url``.
+            process on ``--model``, or over HTTP with ``--base-url``; with ``--replay``,
+            none (the journal's recorded runner).
         out: where the table goes (default stdout); progress and errors go to stderr.
     """
     out = out if out is not None else sys.stdout
@@ -160,21 +172,23 @@ def cmd_eval(
         print(f"microagent eval: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     need = sorted({a for c in candidates for a in c.serve_args})
-    if args.base_url and need and runner is None:
+    if args.base_url and need and runner is None and not args.replay:
         print(
             f"microagent eval: the candidates need the server started with {' '.join(need)}",
             file=sys.stderr,
         )
-    log = quiet_engine_logs() if runner is None and not args.base_url else None
+    in_process = runner is None and not args.base_url and not args.replay
+    log = quiet_engine_logs() if in_process else None
     try:
         report = anyio.run(_run, args, items, candidates, runner, backend="asyncio")
     except (EvalError, EngineStartFailed, EngineBridgeError) as exc:
         message = str(exc) if log is None else log.explain(str(exc))
-        print(
-            f"microagent eval: error: {message} (what finished is in {args.out / JOURNAL_FILE}; "
-            "rerun the same command to resume)",
-            file=sys.stderr,
-        )
+        if not args.replay:
+            message += (
+                f" (what finished is in {args.out / JOURNAL_FILE}; "
+                "rerun the same command to resume)"
+            )
+        print(f"microagent eval: error: {message}", file=sys.stderr)
         return EXIT_FAILURE
     written = write_outputs(report, args.out)
     print(report.table(), file=out)

@@ -41,3 +41,22 @@ class BadConfig(EvalError):
 
 class JournalError(EvalError):
     """The resume journal cannot be read back (not ours, or too large)."""
+
+
+class MissingReply(EvalError):
+    """A replay found no recorded reply for one item under one configuration.
+
+    Attributes:
+        line: the item's line in the items file.
+        config: the configuration's name.
+        runner: the runner label the replay read replies under.
+    """
+
+    def __init__(self, line: int, config: str, runner: str) -> None:
+        self.line = line
+        self.config = config
+        self.runner = runner
+        super().__init__(
+            f"the journal has no reply for item line {line} under configuration {config!r} "
+            f"(runner {runner}); a replay runs nothing: run without replay to fill it in"
+        )

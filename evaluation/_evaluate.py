@@ -4,6 +4,9 @@ The pipeline, one step each: split the items (``_split``), run every
 configuration on every item through a runner with bounded concurrency, each reply
 journaled as it arrives (``_journal``, so a rerun resumes), choose on the
 selection part (``_selection``), report on the report part (``_report``).
+A replay (``replay=True``) skips the run: every reply comes from the journal, so
+the report is recomputed exactly as the recorded run computed it, with no engine
+and no server.
 ``write_outputs`` writes the JSON report and, when a candidate was chosen, its
 preset file.
 """
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final, TextIO
 
@@ -27,6 +30,7 @@ from ._candidates import (
     JSONObject,
     request_for,
 )
+from ._errors import JournalError, MissingReply
 from ._grading import is_correct
 from ._items import EvalItem
 from ._journal import Journal, JournalKey, read_journal
@@ -127,58 +131,44 @@ def _first(group: BaseExceptionGroup[Exception]) -> Exception:
     return _first(first) if isinstance(first, BaseExceptionGroup) else first
 
 
-def _key(runner: Runner, candidate: Candidate, max_tokens: int, item: EvalItem) -> JournalKey:
-    return (runner.label, f"{candidate.fingerprint()}:{max_tokens}", item.key)
+def _key(label: str, candidate: Candidate, max_tokens: int, item: EvalItem) -> JournalKey:
+    return (label, f"{candidate.fingerprint()}:{max_tokens}", item.key)
 
 
-async def evaluate(
-    items: Sequence[EvalItem],
-    candidates: Sequence[Candidate],
-    runner: Runner,
-    *,
-    seed: int = DEFAULT_SEED,
-    select_fraction: float = DEFAULT_SELECT_FRACTION,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    journal: Path | None = None,
-    concurrency: int = DEFAULT_CONCURRENCY,
-    progress: TextIO | None = sys.stderr,
-) -> EvalReport:
-    """Run greedy and ``candidates`` on ``items``; choose on the selection part, report on
-    the other.
-
-    Args:
-        items: the questions (``load_items``).
-        candidates: the configurations to try against greedy (``load_candidates``).
-        runner: where requests run: ``BridgeRunner`` (in process), ``HTTPRunner``, or
-            any object with a ``label`` and an async ``run(request) -> Reply`` (tests
-            inject a fake one here).
-        seed: the split's seed.
-        select_fraction: each family's share in the selection part.
-        max_tokens: the completion budget of configurations that set none.
-        journal: a JSONL file each reply is appended to as it arrives; replies already
-            there (same item, configuration and runner) are not run again.
-        concurrency: collaborations in flight at once.
-        progress: where the progress line goes (None: nowhere).
+def _replayed_label(
+    journal: Path, recorded: dict[JournalKey, Reply], needed: Callable[[str], list[JournalKey]]
+) -> str:
+    """The runner label a replay reads under: the journal's only one, or else the only
+    one with a reply for every key ``needed(label)`` gives.
 
     Raises:
-        ValueError: a bad ``select_fraction`` or ``concurrency``.
-        EvalError: a journal that cannot be read back; the runner's own errors (a lost
-            engine, an unreachable server) pass through, and the journal keeps what
-            finished.
+        JournalError: no reply recorded, or several runners that each cover the run.
     """
-    if not 1 <= concurrency <= MAX_CONCURRENCY:
-        raise ValueError(f"concurrency must be between 1 and {MAX_CONCURRENCY}")
-    if max_tokens < 1:
-        raise ValueError("max_tokens must be at least 1")
-    split = split_items(items, seed, select_fraction)
-    configs = (GREEDY_CANDIDATE, *(c for c in candidates if c.name != GREEDY))
-    replies: dict[JournalKey, Reply] = {}
-    if journal is not None:
-        replies.update(read_journal(journal))
-    work = [(c, i) for i in items for c in configs]
-    todo = [(c, i) for c, i in work if _key(runner, c, max_tokens, i) not in replies]
-    bar = Progress(len(work), "requests", progress)
-    bar.done = len(work) - len(todo)
+    labels = sorted({label for label, _, _ in recorded})
+    if not labels:
+        raise JournalError(f"{journal}: no reply recorded; nothing to replay")
+    if len(labels) == 1:
+        return labels[0]
+    covering = [label for label in labels if all(k in recorded for k in needed(label))]
+    if len(covering) == 1:
+        return covering[0]
+    raise JournalError(
+        f"{journal}: replies of several runners ({', '.join(covering or labels)}); "
+        "replay through the runner of the run to reproduce"
+    )
+
+
+async def _run_all(
+    runner: Runner,
+    todo: Sequence[tuple[Candidate, EvalItem]],
+    replies: dict[JournalKey, Reply],
+    max_tokens: int,
+    journal: Path | None,
+    concurrency: int,
+    bar: Progress,
+) -> None:
+    """Run ``todo`` on ``runner``, ``concurrency`` at a time, each reply into ``replies``
+    and the journal as it arrives."""
     bar.start()
     writer = Journal(journal) if journal is not None else None
     if writer is not None:
@@ -188,7 +178,7 @@ async def evaluate(
     async def worker() -> None:
         for candidate, item in queue:
             reply = await runner.run(request_for(candidate, item, max_tokens))
-            key = _key(runner, candidate, max_tokens, item)
+            key = _key(runner.label, candidate, max_tokens, item)
             replies[key] = reply
             if writer is not None:
                 writer.append(key, candidate.name, reply)
@@ -204,8 +194,81 @@ async def evaluate(
         if writer is not None:
             writer.close()
 
+
+async def evaluate(
+    items: Sequence[EvalItem],
+    candidates: Sequence[Candidate],
+    runner: Runner | None = None,
+    *,
+    seed: int = DEFAULT_SEED,
+    select_fraction: float = DEFAULT_SELECT_FRACTION,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    journal: Path | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    progress: TextIO | None = sys.stderr,
+    replay: bool = False,
+) -> EvalReport:
+    """Run greedy and ``candidates`` on ``items``; choose on the selection part, report on
+    the other.
+
+    Args:
+        items: the questions (``load_items``).
+        candidates: the configurations to try against greedy (``load_candidates``).
+        runner: where requests run: ``BridgeRunner`` (in process), ``HTTPRunner``, or
+            any object with a ``label`` and an async ``run(request) -> Reply`` (tests
+            inject a fake one here). None only for a replay.
+        seed: the split's seed.
+        select_fraction: each family's share in the selection part.
+        max_tokens: the completion budget of configurations that set none.
+        journal: a JSONL file each reply is appended to as it arrives; replies already
+            there (same item, configuration and runner) are not run again.
+        concurrency: collaborations in flight at once.
+        progress: where the progress line goes (None: nowhere).
+        replay: run nothing: recompute the report from ``journal``'s replies, under
+            ``runner``'s label when one is given (it is never called), else the
+            recorded one. The journal is only read.
+
+    Raises:
+        ValueError: a bad ``select_fraction`` or ``concurrency``; no runner for a run,
+            no journal for a replay.
+        MissingReply: a replay whose journal lacks a reply (naming the item's line and
+            the configuration); nothing was run.
+        EvalError: a journal that cannot be read back; the runner's own errors (a lost
+            engine, an unreachable server) pass through, and the journal keeps what
+            finished.
+    """
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise ValueError(f"concurrency must be between 1 and {MAX_CONCURRENCY}")
+    if max_tokens < 1:
+        raise ValueError("max_tokens must be at least 1")
+    if replay and journal is None:
+        raise ValueError("a replay needs the journal of the run it replays")
+    if runner is None and not replay:
+        raise ValueError("a run needs a runner (only a replay runs without one)")
+    split = split_items(items, seed, select_fraction)
+    configs = (GREEDY_CANDIDATE, *(c for c in candidates if c.name != GREEDY))
+    replies: dict[JournalKey, Reply] = {}
+    if journal is not None:
+        replies.update(read_journal(journal, required=replay))
+    work = [(c, i) for i in items for c in configs]
+    if runner is not None:
+        label = runner.label
+    else:
+        assert journal is not None  # a replay, checked above
+        label = _replayed_label(
+            journal, replies, lambda label: [_key(label, c, max_tokens, i) for c, i in work]
+        )
+    todo = [(c, i) for c, i in work if _key(label, c, max_tokens, i) not in replies]
+    if replay and todo:
+        candidate, item = todo[0]
+        raise MissingReply(item.line, candidate.name, label)
+    if runner is not None and not replay:
+        bar = Progress(len(work), "requests", progress)
+        bar.done = len(work) - len(todo)
+        await _run_all(runner, todo, replies, max_tokens, journal, concurrency, bar)
+
     def of(candidate: Candidate, part: Sequence[EvalItem]) -> list[Reply]:
-        return [replies[_key(runner, candidate, max_tokens, i)] for i in part]
+        return [replies[_key(label, candidate, max_tokens, i)] for i in part]
 
     selection = {c.name: score(split.selection, of(c, split.selection)) for c in configs}
     choice = choose(selection)  # the selection part's scores only
@@ -224,10 +287,10 @@ async def evaluate(
             "correct": is_correct(r.answer, i.answers, i.choices),
         }
         for c, i in work
-        for r in [replies[_key(runner, c, max_tokens, i)]]
+        for r in [replies[_key(label, c, max_tokens, i)]]
     )
     return EvalReport(
-        runner=runner.label,
+        runner=label,
         seed=seed,
         select_fraction=select_fraction,
         max_tokens=max_tokens,

@@ -33,13 +33,16 @@ def _reply(data: dict[str, object]) -> Reply:
     return Reply(**{k: v for k, v in data.items() if k in fields})  # type: ignore[arg-type]
 
 
-def read_journal(path: Path) -> dict[JournalKey, Reply]:
-    """The replies recorded in ``path`` (none when it does not exist).
+def read_journal(path: Path, *, required: bool = False) -> dict[JournalKey, Reply]:
+    """The replies recorded in ``path`` (none when it does not exist and not ``required``).
 
     Raises:
-        JournalError: not a journal, too large, or a bad line before the last.
+        JournalError: not a journal, too large, a bad line before the last, or a
+            ``required`` one that does not exist.
     """
     if not path.exists():
+        if required:
+            raise JournalError(f"{path}: no such journal")
         return {}
     if path.stat().st_size > MAX_JOURNAL_BYTES:
         raise JournalError(f"{path}: larger than {MAX_JOURNAL_BYTES} bytes")

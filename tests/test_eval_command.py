@@ -7,13 +7,16 @@ in-process engine path is ``tests/test_evaluation.py``'s real-engine test.
 from __future__ import annotations
 
 import argparse
+import ast
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import attrs
 import pytest
-from microagent.evaluation import EvalRequest, Reply
+from microagent.evaluation import EvalRequest, HTTPRunner, Reply
 from microagent.evaluation._command import add_eval_options, cmd_eval
 
 
@@ -97,3 +100,46 @@ def test_options_are_bounded() -> None:
         _parse("q.jsonl", "--select-fraction", "1.5")
     with pytest.raises(SystemExit):
         _parse("q.jsonl", "--concurrency", "0")
+
+
+def test_replay_writes_the_same_report_without_a_runner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    items = _write_items(tmp_path / "q.jsonl")
+    argv = [str(items), "--config", "vote3", "--out", str(tmp_path / "o")]
+    assert cmd_eval(_parse(*argv), runner=Echo(), out=io.StringIO()) == 0
+    report = tmp_path / "o" / "report.json"
+    recorded = report.read_bytes()
+    report.unlink()
+    out = io.StringIO()
+    assert cmd_eval(_parse(*argv, "--replay"), out=out) == 0  # no runner, no engine
+    assert report.read_bytes() == recorded
+    assert "on fake" in out.getvalue()  # the recorded runner's label
+    journal = tmp_path / "o" / "journal.jsonl"
+    lines = journal.read_text().splitlines(keepends=True)
+    journal.write_text("".join(lines[:-1]))
+    assert cmd_eval(_parse(*argv, "--replay"), out=io.StringIO()) == 1
+    err = capsys.readouterr().err
+    assert "no reply for item line 12" in err and "resume" not in err
+
+
+def test_replay_imports_no_engine_and_no_http_client(tmp_path: Path) -> None:
+    """In a fresh interpreter, ``microagent eval --replay`` loads neither vLLM nor an
+    HTTP client, even with ``--base-url`` (it names the runner, nothing is sent)."""
+    items = _write_items(tmp_path / "q.jsonl", 6)
+    url = "http://127.0.0.1:9"  # the discard port: nothing listens
+    argv = [str(items), "--config", "vote3", "--out", str(tmp_path), "--base-url", url]
+    assert cmd_eval(_parse(*argv), runner=Echo(HTTPRunner(url).label), out=io.StringIO()) == 0
+    probe = (
+        "import sys\n"
+        "from microagent.cli import main\n"
+        f"status = main(['eval', *{[*argv, '--replay']!r}])\n"
+        "heavy = {'vllm', 'torch', 'openai', 'httpx'}\n"
+        "print(repr((status, sorted(m for m in sys.modules if m.split('.')[0] in heavy))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    status, loaded = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert status == 0, done.stderr
+    assert loaded == []

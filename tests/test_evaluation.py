@@ -25,6 +25,8 @@ from microagent.evaluation import (
     EvalItem,
     EvalReport,
     EvalRequest,
+    JournalError,
+    MissingReply,
     PairedTable,
     Reply,
     Score,
@@ -453,6 +455,91 @@ def test_a_torn_last_line_is_dropped_and_a_changed_runner_reruns(tmp_path: Path)
     other = AnswerBy(_right, label="another-model")
     _run(items, other, tmp_path)
     assert other.calls == 2 * len(items)
+
+
+# -- replay --------------------------------------------------------------------------------
+
+
+@attrs.define
+class Uneven:
+    """A fake runner whose replies carry uneven costs (float seconds that must survive the
+    journal exactly); vote3 is right everywhere, greedy on two items in three."""
+
+    label: str = "fake"
+    calls: int = 0
+
+    async def run(self, request: EvalRequest) -> Reply:
+        self.calls += 1
+        n = int(request.question.split()[2])
+        vote = request.collaboration.get("mode") == "vote"
+        answer = _right(request) if vote or n % 3 else "0"
+        return Reply(answer, 10 + n, 3 * n + 1 if vote else n + 1, 0.1 + n / 7 + self.calls / 3)
+
+
+def _evaluate(items: list[EvalItem], runner: object, journal: Path, **kw: object) -> EvalReport:
+    import anyio
+
+    async def go() -> EvalReport:
+        return await evaluate(
+            items,
+            [BUILTIN["vote3"]],
+            runner,  # type: ignore[arg-type]
+            seed=5,
+            journal=journal,
+            progress=None,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    return anyio.run(go)
+
+
+def test_a_replay_reproduces_the_recorded_report_byte_for_byte(tmp_path: Path) -> None:
+    items = _items(30)
+    journal = tmp_path / "journal.jsonl"
+    ran = _evaluate(items, Uneven(label="in-process:recorded"), journal, concurrency=3)
+    assert ran.choice.beat_greedy  # a preset is written too: compare it as well
+    write_outputs(ran, tmp_path / "out")
+    recorded = {f.name: f.read_bytes() for f in (tmp_path / "out").iterdir()}
+    kept = journal.read_bytes()
+    replayed = _evaluate(items, None, journal, replay=True)
+    assert replayed.to_dict() == ran.to_dict()
+    assert replayed.runner == "in-process:recorded"  # the recorded label
+    write_outputs(replayed, tmp_path / "out")
+    assert {f.name: f.read_bytes() for f in (tmp_path / "out").iterdir()} == recorded
+    assert journal.read_bytes() == kept  # a replay only reads its journal
+
+
+def test_a_replay_missing_a_reply_names_it_and_runs_nothing(tmp_path: Path) -> None:
+    items = _items(10)
+    journal = tmp_path / "journal.jsonl"
+    _evaluate(items, Uneven(), journal, concurrency=1)
+    lines = journal.read_text().splitlines(keepends=True)
+    dropped = json.loads(lines[6])
+    journal.write_text("".join(lines[:6] + lines[7:]))
+    line = next(i.line for i in items if i.key == dropped["item"])
+    counting = Uneven()
+    with pytest.raises(MissingReply) as info:
+        _evaluate(items, counting, journal, replay=True)
+    assert (info.value.line, info.value.config) == (line, dropped["name"])
+    assert f"item line {line}" in str(info.value) and repr(dropped["name"]) in str(info.value)
+    assert counting.calls == 0  # a replay never calls its runner
+    with pytest.raises(JournalError, match="no such journal"):
+        _evaluate(items, None, tmp_path / "none.jsonl", replay=True)
+    with pytest.raises(ValueError, match="journal"):
+        _evaluate(items, None, None, replay=True)  # type: ignore[arg-type]
+
+
+def test_a_replay_reads_under_the_runner_that_covers_the_run(tmp_path: Path) -> None:
+    items = _items(6)
+    journal = tmp_path / "journal.jsonl"
+    first = _evaluate(items, Uneven(label="one"), journal)
+    _evaluate(items[:3], Uneven(label="two"), journal)  # covers half the items
+    assert _evaluate(items, None, journal, replay=True).to_dict() == first.to_dict()
+    second = _evaluate(items, Uneven(label="two"), journal)
+    with pytest.raises(JournalError, match="one, two"):  # both cover it: which one?
+        _evaluate(items, None, journal, replay=True)
+    by_label = _evaluate(items, Uneven(label="two"), journal, replay=True)
+    assert by_label.to_dict() == second.to_dict()
 
 
 # -- outputs -------------------------------------------------------------------------------
