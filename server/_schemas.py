@@ -78,12 +78,12 @@ def _graph_properties(schema: dict[str, Any]) -> None:
         "How the agents collaborate; mode-specific options ride along as extra fields "
         "(vote: style, wave, answer_tokens, debias [off|order|labels], "
         "adaptive [off|beta|window], confidence, soft, calibrate [off|position|content], "
-        "gate, below [greedy|abstain|escalate]; "
+        "gate, below [greedy|abstain|escalate], logprob; "
         "debate: layout [auto|threads|transcript]; reflect: validator; cascade: verify; "
         "best_of: validator, judge [auto|self|likelihood|off], "
         "judge_instructions, answer_tokens, wave, adaptive (with judge likelihood); "
         "compute (with serve --calculator): expression_tokens, fallback; "
-        "auto: validator, calculator (with serve --calculator); "
+        "auto: validator, calculator (with serve --calculator), logprob; "
         "graph: nodes, edges, entry, output). ``tools`` names server tools the agents may call."
     )
     schema["if"] = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -274,3 +275,31 @@ def test_bad_gate_options_get_a_400_naming_the_field(
     r = _chat(server, body)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+@pytest.mark.anyio
+async def test_logprob_records_the_greedy_answers_summed_token_logprob() -> None:
+    async with ScriptedEngine(script=by_voter([], greedy="maybe")) as engine:
+        closed = await collaborate(
+            engine,
+            "vote",
+            QUESTION,
+            voters(1),
+            answer=CHOICES,
+            style="direct",
+            temperature=0.0,
+            logprob=True,
+        )
+        (call,) = engine.history
+        free = await collaborate(
+            engine, "auto", QUESTION, [AgentSpec("agent")], temperature=0.0, logprob=True
+        )
+        plain = await collaborate(engine, "auto", QUESTION, [AgentSpec("agent")], temperature=0.0)
+        n = len(engine.tokenize("maybe"))
+    assert call.sampling.logprobs == 0
+    score = closed.details["answer_logprob"]
+    # the made-up logprobs: each sampled token has p in [0.5, 0.95]; the end-of-turn token
+    # is left out, so the sum covers the answer's n tokens only
+    assert isinstance(score, float) and n * math.log(0.5) <= score <= n * math.log(0.95)
+    assert free.details["strategy"] == "single" and free.details["answer_logprob"] < 0
+    assert "answer_logprob" not in plain.details and engine.history[-1].sampling.logprobs is None

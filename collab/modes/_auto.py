@@ -60,7 +60,7 @@ from .._spec import AgentSpec
 from .._validators import Validator, validator_from_spec
 from ._best_of import BestOf, BestOfConfig
 from ._compute import Compute, ComputeConfig, calls_for_calculation
-from ._vote import Vote, VoteConfig
+from ._vote import Vote, VoteConfig, answer_logprob
 
 STRATEGIES = (
     "compute",
@@ -92,10 +92,13 @@ class AutoConfig(ModeConfig):
     Attributes:
         validator: a validator tool for free answers (as reflect's and best_of's).
         calculator: questions that call for a calculation run ``compute`` (rule 0).
+        logprob: a single sample (rule 5, one agent) records ``details.answer_logprob``,
+            its answer's summed token log-probability (None: its model reports none).
     """
 
     validator: Validator | None = attrs.field(default=None, converter=_validator)
     calculator: bool = attrs.field(default=False, validator=boolean)
+    logprob: bool = attrs.field(default=False, validator=boolean)
 
 
 @attrs.frozen
@@ -278,10 +281,16 @@ class Auto(CollaborationOp[AutoConfig]):
     ) -> ModeResult:
         spec = ctx.agents[0]
         role = await ctx.spawn(spec.agent_names()[0], spec, "agent")
-        done = await ctx.turn(
-            role, Turn(ctx.prompt(spec), ctx.sampling(spec), label="answer", keep=False)
-        )
+        sampling = ctx.sampling(spec)
+        scored = ctx.config.logprob and ctx.without_logprobs([spec]) is None
+        if scored:
+            sampling = attrs.evolve(sampling, logprobs=0)
+        done = await ctx.turn(role, Turn(ctx.prompt(spec), sampling, label="answer", keep=False))
         if done.result is None:
             raise ctx.failure("the agent produced nothing")
         role.record.answer = done.content
-        return ModeResult(answer=done.content, details={**head, "samples": 1})
+        details = {**head, "samples": 1}
+        if ctx.config.logprob:
+            logs = done.result.logprobs
+            details["answer_logprob"] = answer_logprob(role.bridge, logs) if scored else None
+        return ModeResult(answer=done.content, details=details)

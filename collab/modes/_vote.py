@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 import anyio
 import attrs
 
-from ...engine_bridge import KVHandle, TokenLogprob
+from ...engine_bridge import EngineBridge, KVHandle, TokenLogprob
 from .._agent import Role, Turn
 from .._config import ModeConfig, boolean, int_in, one_of
 from .._context import CollaborationContext, find_role
@@ -132,6 +132,10 @@ class VoteConfig(ModeConfig):
             fresh temperature-0 direct answer of the first voter), ``abstain`` (the
             answer ``NO_CONFIDENT_ANSWER``, ``details.abstained: true``) or
             ``escalate`` (more waves of voters until the gate is reached, then greedy).
+        logprob: record ``details.answer_logprob``: the summed token log-probability
+            of the answer step that gave the final answer (the most likely among the
+            voters that named it; the greedy call's below the gate). None where the
+            model reports no logprobs. A confidence an evaluation ranks answers by.
     """
 
     style: str = attrs.field(default="auto", validator=_style)
@@ -144,6 +148,7 @@ class VoteConfig(ModeConfig):
     calibrate: str = attrs.field(default="off", validator=one_of(SOFT_CALIBRATIONS))
     gate: float | None = attrs.field(default=None, validator=_gate)
     below: str = attrs.field(default="greedy", validator=one_of(BELOW_GATE))
+    logprob: bool = attrs.field(default=False, validator=boolean)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -219,6 +224,7 @@ class Vote(CollaborationOp[VoteConfig]):
             soft, views, answer_tokens, fallback = _start_soft(ctx, voters, views)
         decided = False
         stopped_by: str | None = None
+        scores: dict[str, float] = {}  # an answer's best answer-step logprob (``logprob``)
         gate = config.gate
         escalate = config.below == "escalate"
 
@@ -236,7 +242,7 @@ class Vote(CollaborationOp[VoteConfig]):
             )
             if got is None:
                 return
-            answer_text, first = got
+            answer_text, first, score = got
             if soft is not None:  # a first token names its choice (answer_tokens: 1)
                 answer_text = soft.complete(i, answer_text, first)
             # a vote that lands after the decision is still counted: it cannot change
@@ -247,6 +253,8 @@ class Vote(CollaborationOp[VoteConfig]):
                 else await _canonical(ctx, view, answer_text)
             )
             voter.record.answer = answer
+            if score is not None:
+                scores[answer] = max(score, scores.get(answer, score))
             tally.add(answer)
             window.append(answer)
             extra: dict[str, object] = (
@@ -322,10 +330,14 @@ class Vote(CollaborationOp[VoteConfig]):
                 await ctx.emit(
                     "escalate", None, reason=f"agreement {agreement:.3f} below gate {gate}"
                 )
-                answer = await self._greedy(ctx, voter_specs[0])
+                answer, score = await self._greedy(ctx, voter_specs[0])
+                if config.logprob:
+                    details["answer_logprob"] = score
                 return ModeResult(
                     answer=answer, early_stopped=decided, votes=tally.as_dict(), details=details
                 )
+        if config.logprob:
+            details["answer_logprob"] = scores.get(winner)
         if aggregator_spec is not None:
             details["decision"] = winner
             majority = [v for v in voters if v.record.answer == winner]
@@ -334,8 +346,11 @@ class Vote(CollaborationOp[VoteConfig]):
             answer=answer, early_stopped=decided, votes=tally.as_dict(), details=details
         )
 
-    async def _greedy(self, ctx: CollaborationContext[VoteConfig], spec: AgentSpec) -> str:
-        """A fresh temperature-0 direct answer of ``spec``: a one-voter direct vote's request.
+    async def _greedy(
+        self, ctx: CollaborationContext[VoteConfig], spec: AgentSpec
+    ) -> tuple[str, float | None]:
+        """A fresh temperature-0 direct answer of ``spec`` (a one-voter direct vote's
+        request) and its answer step's logprob (``logprob``).
 
         Raises:
             CollaborationFailed: the call produced nothing.
@@ -349,10 +364,10 @@ class Vote(CollaborationOp[VoteConfig]):
         got = await self._vote(ctx, role, "direct", view)
         if got is None:
             raise ctx.failure("the greedy answer below the gate produced nothing")
-        text = got[0]
+        text, _, score = got
         answer = await ctx.normalize(text) if view is None else await _canonical(ctx, view, text)
         role.record.answer = answer
-        return answer
+        return answer, score
 
     async def _prune_rest(
         self, ctx: CollaborationContext[VoteConfig], voters: list[Role], voter: Role | None
@@ -409,8 +424,9 @@ class Vote(CollaborationOp[VoteConfig]):
         *,
         logprobs: bool = False,
         answer_tokens: int | None = None,
-    ) -> tuple[str, TokenLogprob | None] | None:
-        """One voter's answer text, and its first answer token's logprobs when asked.
+    ) -> tuple[str, TokenLogprob | None, float | None] | None:
+        """One voter's answer text, its first answer token's logprobs when asked, and its
+        answer step's summed logprob (``logprob``; else None).
 
         ``answer_tokens``: the constrained answer step's budget (the config's by default).
         """
@@ -423,6 +439,8 @@ class Vote(CollaborationOp[VoteConfig]):
             answer_sampling = attrs.evolve(answer_sampling, choices=view.allowed)
         if logprobs:
             answer_sampling = attrs.evolve(answer_sampling, logprobs=SOFT_TOP_LOGPROBS)
+        elif config.logprob and ctx.without_logprobs([spec]) is None:
+            answer_sampling = attrs.evolve(answer_sampling, logprobs=0)
         if style == "direct":
             done = await ctx.turn(
                 voter,
@@ -435,14 +453,15 @@ class Vote(CollaborationOp[VoteConfig]):
             )
             if done.result is None or done.result.finish_reason == "abort":
                 return None
-            return done.content, _first(done.result.logprobs)
+            logs = done.result.logprobs
+            return done.content, _first(logs), _summed(voter, logs, config.logprob)
         first = await ctx.turn(voter, Turn(prompt, ctx.sampling(spec), label="reason"))
         if first.result is None or first.result.finish_reason == "abort":
             return None
         voter.thread = first.result.handle
         voter.reasoning = first.result.output
         if config.answer is None:
-            return first.content, None
+            return first.content, None, _summed(voter, first.result.logprobs, config.logprob)
         # The answer step continues the voter's own handle: its reasoning is a cached prefix.
         chat = voter.bridge.chat
         base = chat.close_turn(first.result.handle)
@@ -468,7 +487,8 @@ class Vote(CollaborationOp[VoteConfig]):
         if second.result is None or second.result.finish_reason == "abort":
             return None
         voter.record.output = f"{first.content}\n{ANSWER_CUE}: {second.content}"
-        return second.content, _first(second.result.logprobs)
+        logs = second.result.logprobs
+        return second.content, _first(logs), _summed(voter, logs, config.logprob)
 
     async def _content_prior(
         self,
@@ -514,6 +534,18 @@ def _agreement(tally: Tally) -> float:
     """The leader's share of the votes cast (0 when none was)."""
     lead = tally.leader()
     return tally.counts[lead] / tally.cast if lead and tally.cast else 0.0
+
+
+def answer_logprob(bridge: EngineBridge, logprobs: Sequence[TokenLogprob]) -> float | None:
+    """The summed log-probability of an answer's tokens (the end-of-turn token left out,
+    as it is left out of the text); None when the engine reported none."""
+    eot = bridge.chat.template.eot_token_id
+    kept = [t.logprob for t in logprobs if t.token_id != eot]
+    return round(sum(kept), 6) if kept else None
+
+
+def _summed(voter: Role, logprobs: tuple[TokenLogprob, ...] | None, asked: bool) -> float | None:
+    return answer_logprob(voter.bridge, logprobs) if asked and logprobs else None
 
 
 def _first(logprobs: tuple[TokenLogprob, ...] | None) -> TokenLogprob | None:
