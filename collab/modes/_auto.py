@@ -292,5 +292,5 @@ class Auto(CollaborationOp[AutoConfig]):
         details = {**head, "samples": 1}
         if ctx.config.logprob:
             logs = done.result.logprobs
-            details["answer_logprob"] = answer_logprob(role.bridge, logs) if scored else None
+            details["answer_logprob"] = answer_logprob(role.bridge, logs) if logs else None
         return ModeResult(answer=done.content, details=details)
