@@ -298,6 +298,6 @@ def _number_of(value: object) -> Number:
 
 def _digits(value: Number) -> int:
     """At least the decimal digits of ``value``'s integer part (from its bits: no string)."""
-    if not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):  # an int may pass any float
         return MAX_DIGITS + 1
     return int(int(abs(value)).bit_length() * 0.30103) + 1

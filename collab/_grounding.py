@@ -60,13 +60,14 @@ def literals(text: str) -> list[float]:
         SyntaxError: ``text`` does not parse (the calculator's check says more).
     """
     tree = ast.parse(text.strip(), mode="exec")  # an expression or an assignment
-    return [
-        float(node.value)
+    found = [
+        ((node.lineno, node.col_offset), float(node.value))
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant)
         and isinstance(node.value, (int, float))
         and not isinstance(node.value, bool)
     ]
+    return [value for _, value in sorted(found)]  # as written (the walk is breadth first)
 
 
 def ungrounded_numbers(question: str, program: Sequence[str]) -> list[float]:

@@ -13,7 +13,13 @@ from collections.abc import Callable
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from microagent.collab._arith import ExpressionError, evaluate_expression
+from microagent.collab._arith import (
+    MAX_STEPS,
+    ExpressionError,
+    check_step,
+    evaluate_expression,
+    evaluate_program,
+)
 
 
 @pytest.mark.parametrize(
@@ -62,6 +68,43 @@ def test_the_calculator_language_evaluates_arithmetic(text: str, value: object) 
 def test_the_calculator_language_refuses_everything_else(text: str, reason: str) -> None:
     with pytest.raises(ExpressionError, match=re.escape(reason)):
         evaluate_expression(text)
+
+
+# --- programs of named steps ------------------------------------------------------------
+
+
+def test_a_program_evaluates_its_steps_in_order_with_earlier_names() -> None:
+    program = ["price = 3 * 4", "total = price + 5", "answer = total * 2 - max(price, 1)"]
+    assert evaluate_program(program) == [12, 17, 22]
+    assert check_step("total = price + 5", ["price"])[0] == "total"
+
+
+@pytest.mark.parametrize(
+    ("steps", "reason"),
+    [
+        (["total = price + 5"], "step 1: unknown name 'price'"),
+        (["a = 1", "a = a + 1"], "step 2: 'a' is already assigned"),
+        ([f"s{i} = {i}" for i in range(MAX_STEPS + 1)], f"at most {MAX_STEPS} steps"),
+        (["a = 9 ** 9 ** 9"], "too large"),
+        (["a = 100", "b = 2 ** 999", "c = b ** a"], "step 3: the power is too large"),
+        (["__class__ = 1"], "lower-case letters"),
+        (["a = 1", "b = a.__class__"], "step 2: Attribute is not allowed"),
+        (["a = __import__('os')"], "only these functions"),
+        (["Total = 1"], "lower-case letters"),
+        ([f"{'n' * 25} = 1"], "at most 24 characters"),
+        (["sqrt = 4"], "the calculator's own name"),
+        (["pi = 3"], "the calculator's own name"),
+        (["a == 1"], "one name: name = expression"),
+        (["3 * 4"], "one name: name = expression"),
+        (["a = b = 1"], "not an expression"),
+        (["a, b = 1"], "lower-case letters"),
+        (["a = 1; import os"], "not an expression"),
+        (["a = 1", "b = a(2)"], "only these functions"),
+    ],
+)
+def test_a_program_refuses_hostile_steps(steps: list[str], reason: str) -> None:
+    with pytest.raises(ExpressionError, match=re.escape(reason)):
+        evaluate_program(steps)
 
 
 _OPS: dict[str, Callable[[int, int], int]] = {

@@ -21,7 +21,14 @@ from microagent.collab import (
     calculator_tool,
     collaborate,
 )
-from microagent.collab._calculator import CALCULATOR, CalculationError, calculate
+from microagent.collab._calculator import (
+    ANSWER_STEP_REGEX,
+    CALCULATOR,
+    STEP_REGEX,
+    CalculationError,
+    calculate,
+    calculate_program,
+)
 from microagent.collab.modes._compute import calls_for_calculation, choice_for
 from microagent.engine_bridge import EngineRequest
 from microagent.server import ServerLimits
@@ -101,6 +108,9 @@ async def test_the_calculator_tool_returns_values_and_errors_to_the_model() -> N
         ("In 1990 who won?", ["Germany", "Italy"], False),
         ("Which number is prime?", ["4", "7"], False),
         ("Route 66 is in which country?", None, False),
+        ("What is the 3rd letter of the word apple?", None, False),  # an ordinal
+        ("How many legs does a spider have?", None, False),
+        ("What is 7 times 8?", None, True),
     ],
 )
 def test_calls_for_calculation(question: str, choices: list[str] | None, expected: bool) -> None:
@@ -285,3 +295,210 @@ def test_a_server_with_the_calculator_computes_and_offers_the_tool() -> None:
         assert r.json()["collaboration"]["details"]["strategy"] == "compute"
         document = httpx.get(f"{srv.url}/openapi.json").json()
         assert CALCULATOR in json.dumps(document)
+
+
+# --- greedy's call, byte for byte --------------------------------------------------------
+
+
+def recording() -> tuple[ScriptedEngine, list[tuple[tuple[int, ...], Any]]]:
+    """An engine that answers "Mice." to every plain turn and records each (prompt, sampling)."""
+    sent: list[tuple[tuple[int, ...], Any]] = []
+
+    def script(prompt: tuple[int, ...], request: EngineRequest) -> str:
+        sent.append((tuple(prompt), request.sampling))
+        regex = request.sampling.regex
+        if regex is not None:
+            return "answer = 7 * 3" if regex.startswith("answer") else "a = 7 * 3"
+        choices = request.sampling.choices
+        return choices[0] if choices else "Mice."
+
+    return ScriptedEngine(script=script), sent
+
+
+@pytest.mark.parametrize(
+    ("question", "options"),
+    [
+        ("What is the plural of mouse?", {"max_tokens": 32}),  # free, nothing to compute
+        ("What is the plural of mouse?", {"max_tokens": 32, "answer": ["mice", "mouses"]}),
+        ("What is 7 times 8?", {"max_tokens": 32, "steps": 2}),  # 3 is no stated number
+    ],
+)
+async def test_the_direct_answer_is_greedys_single_call_byte_for_byte(
+    question: str, options: dict[str, Any]
+) -> None:
+    """compute's direct answer sends what ``vote`` (style direct, one voter, temperature 0)
+    sends, as ``microagent eval`` sends greedy (a free answer's ``answer_tokens`` is the
+    request's ``max_tokens``), and answers what it answers."""
+    greedy_options = {k: v for k, v in options.items() if k != "steps"}
+    if "answer" not in options:
+        greedy_options["answer_tokens"] = options["max_tokens"]
+    engine, sent = recording()
+    async with engine:
+        computed = await collaborate(
+            engine, "compute", question, [AgentSpec("solver", temperature=0.0)], **options
+        )
+        direct = sent[-1]
+        sent.clear()
+        greedy = await collaborate(
+            engine, "vote", question, [AgentSpec("voter", count=1)], style="direct",
+            temperature=0.0, **greedy_options,
+        )  # fmt: skip
+    assert computed.details["path"] == "direct"
+    assert sent == [direct]  # the same prompt ids and the same sampling
+    assert computed.answer == greedy.answer
+    assert computed.answer == "mice"  # normalised as greedy's answer is
+    if "steps" in options:  # the program ran, and was rejected for its invented 3
+        (program,) = computed.details["programs"]
+        assert program["rejected"] == "uses numbers the question does not state: 3"
+        assert computed.details["why"] == "no program uses only numbers the question states"
+
+
+# --- programs of named steps ---------------------------------------------------------------
+
+PENS = "Ana buys 3 pens at 4 dollars each and a 5 dollar pad. How much does she pay?"
+
+
+def programmed(
+    programs: dict[str, list[str]], direct: str = "direct answer"
+) -> tuple[ScriptedEngine, list[tuple[str, str, str | None]]]:
+    """An engine whose regex-constrained turns write ``programs[agent]`` a step at a time;
+    the list records each turn's (agent, prompt text, regex)."""
+    seen: list[tuple[str, str, str | None]] = []
+    engine: ScriptedEngine
+
+    def script(prompt: tuple[int, ...], request: EngineRequest) -> str:
+        text = engine.detokenize(prompt)
+        found = AGENT.findall(text)
+        agent = found[-1] if found else "solver"
+        regex = request.sampling.regex
+        written = sum(1 for a, _, r in seen if a == agent and r is not None)
+        seen.append((agent, text, regex))
+        if regex is None:
+            return direct
+        return programs[agent][written]
+
+    engine = ScriptedEngine(script=script)
+    return engine, seen
+
+
+async def test_a_program_runs_a_step_a_turn_each_value_shown_to_the_next() -> None:
+    engine, seen = programmed({"solver": ["price = 3 * 4", "total = price + 5", "answer = total"]})
+    events: list[CollaborationEvent] = []
+    async with engine:
+        out = await collaborate(
+            engine, "compute", PENS, agents("solver"), steps=3, on_event=events.append
+        )
+    assert out.answer == "17" and out.details["path"] == "computed"
+    (program,) = out.details["programs"]
+    assert [(s["step"], s["value"]) for s in program["steps"]] == [
+        ("price = 3 * 4", 12),
+        ("total = price + 5", 17),
+        ("answer = total", 17),
+    ]
+    assert program["steps"][2]["seen"] == ["price = 3 * 4  # = 12", "total = price + 5  # = 17"]
+    assert (program["value"], program["answer"]) == (17, "17")
+    # the turns: held to the step grammar, the last to answer = ...; each prompt shows
+    # the earlier steps with their values (what the sandbox computed)
+    assert [r for _, _, r in seen] == [STEP_REGEX, STEP_REGEX, ANSWER_STEP_REGEX]
+    assert "# =" not in seen[0][1]
+    assert "price = 3 * 4  # = 12" in seen[1][1]
+    assert "total = price + 5  # = 17" in seen[2][1]
+    results = [e.data for e in events if e.type == "tool_result"]
+    assert [(r["label"], r["ok"], r["output"]) for r in results] == [
+        ("step", True, "12"),
+        ("step", True, "17"),
+        ("step", True, "17"),
+    ]
+    calls = [json.loads(e.data["arguments"]) for e in events if e.type == "tool_call"]
+    assert calls[-1] == {"steps": ["price = 3 * 4", "total = price + 5", "answer = total"]}
+
+
+async def test_a_program_ends_at_its_answer_step() -> None:
+    engine, seen = programmed({"solver": ["p = 3 * 4", "answer = p + 5"]})
+    async with engine:
+        out = await collaborate(engine, "compute", PENS, agents("solver"), steps=5)
+    assert out.answer == "17"
+    assert len(seen) == 2  # two turns of the five allowed
+
+
+async def test_a_program_that_reaches_the_bound_answers_its_last_value() -> None:
+    engine, _ = programmed({"solver": ["p = 3 * 4", "q = p + 5"]})
+    async with engine:
+        out = await collaborate(engine, "compute", PENS, agents("solver"), steps=2)
+    assert out.answer == "17"
+
+
+@pytest.mark.parametrize(
+    ("steps", "error"),
+    [
+        (["p = 3 * 4", "answer = cost + 5"], "step 2: unknown name 'cost'"),
+        (["p = 3 * 4", "p = p + 5"], "step 2: 'p' is already assigned"),
+        (["p = 3 ** 4 ** 5"], "step 1: the power is too large"),
+        (["__dict__ = 3"], "step 1: a step's name is lower-case"),
+        (["p = 3", "q = p.real"], "step 2: Attribute is not allowed"),
+        (["p = 4 / (3 - 3)"], "step 1: ZeroDivisionError"),
+    ],
+)
+async def test_a_bad_step_ends_the_program_with_its_error_and_greedy_answers(
+    steps: list[str], error: str
+) -> None:
+    engine, seen = programmed({"solver": [*steps, "answer = 1"]}, direct="17")
+    async with engine:
+        out = await collaborate(engine, "compute", PENS, agents("solver"), steps=3)
+    (program,) = out.details["programs"]
+    assert program["error"].startswith(error), program["error"]
+    assert "value" not in program and program["steps"][-1]["step"] == steps[-1]
+    assert (out.answer, out.details["path"]) == ("17", "direct")
+    assert seen[-1][2] is None  # the last turn: greedy's direct call
+    assert len(seen) == len(steps) + 1  # the program stopped at its bad step
+
+
+async def test_programs_are_voted_and_an_ungrounded_one_is_rejected() -> None:
+    engine, _ = programmed(
+        {
+            "a": ["p = 3 * 4", "answer = p + 5"],
+            "b": ["p = 3 * 4", "answer = p + 6"],  # 6: the question states no 6
+            "c": ["p = 3 * 4 + 5", "answer = p"],
+        }
+    )
+    async with engine:
+        out = await collaborate(engine, "compute", PENS, agents("a", "b", "c"), steps=2)
+    assert out.answer == "17" and out.votes == {"17": 2}
+    rejected = out.details["programs"][1]
+    assert rejected["value"] == 18 and rejected["answer"] == ""
+    assert rejected["rejected"] == "uses numbers the question does not state: 6"
+    engine, _ = programmed({"b": ["p = 3 * 4", "answer = p + 6"]})
+    async with engine:
+        out = await collaborate(engine, "compute", PENS, agents("b"), steps=2, verify=False)
+    assert out.answer == "18"  # unchecked: the invented number stands
+
+
+async def test_the_one_expression_path_is_checked_too() -> None:
+    engine, seen = scripted({"solver": "37 + 47"}, direct="85")
+    async with engine:
+        out = await collaborate(engine, "compute", "What is 37 + 48?", agents("solver"))
+    (entry,) = out.details["expressions"]
+    assert entry["rejected"] == "uses numbers the question does not state: 47"
+    assert (out.answer, out.details["path"]) == ("85", "direct")
+    assert seen == ["expression", "direct"]
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [({"steps": 0}, "steps"), ({"steps": 7}, "steps"), ({"verify": "yes"}, "verify")],
+)
+async def test_bad_step_options_name_their_field(options: dict[str, Any], field: str) -> None:
+    async with ScriptedEngine() as engine:
+        with pytest.raises(InvalidCollaboration) as info:
+            await collaborate(engine, "compute", "What is 1 + 1?", **options)
+    assert info.value.field == f"collaboration.{field}"
+
+
+async def test_calculate_program_evaluates_every_step_in_the_sandbox() -> None:
+    assert await calculate_program(["a = 17 * 23", "b = a + 4", "c = b > 400"]) == [391, 395, 0]
+    with pytest.raises(CalculationError, match="at most 6 steps"):
+        await calculate_program([f"s{i} = {i}" for i in range(7)])
+    with pytest.raises(CalculationError, match=r"step 2: unknown name 'os'"):
+        await calculate_program(["a = 1", "b = os"])  # refused before any process starts
+    with pytest.raises(CalculationError, match=r"step 2: ZeroDivisionError"):
+        await calculate_program(["a = 1", "b = a / (a - 1)"])  # in the sandbox
