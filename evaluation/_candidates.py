@@ -99,6 +99,8 @@ class EvalRequest:
         collaboration: the request's ``collaboration``, the item's choices added.
         temperature: the request's temperature.
         max_tokens: the request's completion budget.
+        logprob: a runner asks the collaboration for its answer's log-probability
+            (``collaboration.logprob``; set on greedy's requests: its confidence cut-off).
     """
 
     question: str
@@ -106,6 +108,7 @@ class EvalRequest:
     collaboration: JSONObject
     temperature: float
     max_tokens: int
+    logprob: bool = False
 
     def extra_body(self) -> JSONObject:
         """The fields an OpenAI client sends as ``extra_body``."""
@@ -129,7 +132,8 @@ def request_for(candidate: Candidate, item: EvalItem, max_tokens: int) -> EvalRe
     elif collaboration.get("mode") == "vote" or "answer" in collaboration:
         collaboration.setdefault("answer_tokens", budget)
     temperature = fields.temperature if fields.temperature is not None else DEFAULT_TEMPERATURE
-    return EvalRequest(item.question, fields.agents, collaboration, temperature, budget)
+    scored = candidate.name == GREEDY  # greedy's own confidence, for its cut-off
+    return EvalRequest(item.question, fields.agents, collaboration, temperature, budget, scored)
 
 
 def _vote(n: int, **collaboration: object) -> Fields:

@@ -17,7 +17,7 @@ import attrs
 
 from ._candidates import EvalRequest
 from ._errors import EvalError
-from ._runner import Reply
+from ._runner import Reply, number_or_none
 
 #: seconds one request may take (a collaboration of several agents on a loaded CPU)
 REQUEST_TIMEOUT = 600.0
@@ -67,7 +67,7 @@ class HTTPRunner:
                 messages=[{"role": "user", "content": request.question}],
                 temperature=request.temperature,
                 max_tokens=request.max_tokens,
-                extra_body=request.extra_body(),
+                extra_body=_body(request),
             )
         except openai.BadRequestError as exc:
             return Reply(seconds=time.monotonic() - t0, refused=_message(exc))
@@ -93,6 +93,7 @@ class HTTPRunner:
             completion_tokens=_count(usage.get("completion_tokens")),
             seconds=seconds,
             abstained=bool(details.get("abstained", False)),
+            logprob=number_or_none(details.get("answer_logprob")),
         )
 
     async def aclose(self) -> None:
@@ -102,6 +103,16 @@ class HTTPRunner:
         if isinstance(self._client, openai.AsyncOpenAI):
             await self._client.close()
         self._client = None
+
+
+def _body(request: EvalRequest) -> dict[str, object]:
+    """The request's ``extra_body``; a scored request (greedy's) asks for its answer's
+    log-probability (``collaboration.logprob``: the chat API refuses ``logprobs`` beside
+    a collaboration, whose details carry it instead)."""
+    body = request.extra_body()
+    if request.logprob:
+        body["collaboration"] = {**request.collaboration, "logprob": True}
+    return body
 
 
 def _count(value: object) -> int:

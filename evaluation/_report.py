@@ -5,10 +5,16 @@ greedy's: accuracy with its Wilson 95 % interval, the paired table (both right,
 only greedy, only the candidate, neither) with the exact McNemar p, tokens and
 latency as multiples of greedy's, and the refused, failed and abstained replies
 (coverage and accuracy when answered beside accuracy).
+
+A configuration that answers only some items (a gated vote that abstains) is
+compared with greedy's own confidence cut-off at the same coverage: greedy's
+accuracy on its ``round(coverage * n)`` items of highest answer log-probability
+(``Reply.logprob``; ties in item order, greedy replies without one ranked last).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Final
@@ -36,9 +42,12 @@ class ConfigReport:
         correct: items it got right.
         accuracy: ``correct / n``.
         wilson: the 95 % Wilson interval of the accuracy.
-        answered: items it answered (not refused, failed or abstained): coverage is
-            ``answered / n``.
+        answered: items it answered (not refused, failed or abstained).
+        coverage: ``answered / n`` (0 when there are no items).
         accuracy_when_answered: right among those answered (None when none was).
+        greedy_at_coverage: greedy's accuracy on its most confident items, as many as
+            this configuration answered (``greedy_cutoff``), when its coverage is below 1
+            and greedy's replies carry log-probabilities; else None.
         refused: items its configuration refused (the server's 400).
         abstained: items it declined to answer ("no confident answer").
         failed: items whose collaboration produced no answer.
@@ -58,7 +67,9 @@ class ConfigReport:
     accuracy: float
     wilson: tuple[float, float]
     answered: int
+    coverage: float
     accuracy_when_answered: float | None
+    greedy_at_coverage: float | None
     refused: int
     abstained: int
     failed: int
@@ -85,6 +96,21 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b > 0 else None
 
 
+def greedy_cutoff(right: Sequence[bool], greedy: Sequence[Reply], k: int) -> float | None:
+    """Greedy's accuracy on its ``k`` items of highest answer log-probability.
+
+    ``right[i]``: whether greedy's reply ``greedy[i]`` is right. Ties keep item order;
+    replies without a log-probability rank last. None when ``k`` is 0 or no reply
+    carries a log-probability (nothing to rank by).
+    """
+    if k <= 0 or all(r.logprob is None for r in greedy):
+        return None
+    scores = [-math.inf if r.logprob is None else r.logprob for r in greedy]
+    ranked = sorted(range(len(greedy)), key=lambda i: -scores[i])
+    top = ranked[:k]
+    return sum(right[i] for i in top) / len(top)
+
+
 def config_report(
     name: str,
     items: Sequence[EvalItem],
@@ -98,6 +124,12 @@ def config_report(
     base = [is_correct(r.answer, i.answers, i.choices) for i, r in zip(items, greedy, strict=True)]
     n = len(items)
     answered = [ok for ok, r in zip(right, replies, strict=True) if r.answered]
+    coverage = len(answered) / n if n else 0.0
+    cutoff = (
+        greedy_cutoff(base, greedy, round(coverage * n))
+        if name != GREEDY and coverage < 1
+        else None
+    )
 
     def mean(values: Sequence[float]) -> float:
         return statistics.fmean(values) if values else 0.0
@@ -116,7 +148,9 @@ def config_report(
         accuracy=sum(right) / n if n else 0.0,
         wilson=wilson(sum(right), n),
         answered=len(answered),
+        coverage=coverage,
         accuracy_when_answered=sum(answered) / len(answered) if answered else None,
+        greedy_at_coverage=cutoff,
         refused=sum(r.refused is not None for r in replies),
         abstained=sum(r.abstained for r in replies),
         failed=sum(r.failed is not None for r in replies),
@@ -129,6 +163,10 @@ def config_report(
         p_vs_greedy=None if paired is None else paired.p,
         families=families,
     )
+
+
+def _f(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
 
 
 def _x(value: float | None) -> str:
@@ -180,7 +218,8 @@ def render_table(
     lines.append(
         f"  {'configuration':24s} {'accuracy':>8s} {'95% interval':>15s} {'both':>5s} "
         f"{'greedy':>6s} {'cand.':>6s} {'neither':>7s} {'McNemar p':>9s} {'tokens':>7s} "
-        f"{'latency':>7s} {'refused':>7s} {'abstain':>7s} {'failed':>6s}"
+        f"{'latency':>7s} {'refused':>7s} {'abstain':>7s} {'failed':>6s} {'cover':>5s} "
+        f"{'acc|ans':>7s} {'greedy@c':>8s}"
     )
     for r in reports:
         lo, hi = r.wilson
@@ -200,11 +239,14 @@ def render_table(
             f"  {r.name:24s} {r.accuracy:8.3f} {f'[{lo:.3f}, {hi:.3f}]':>15s} {cells[0]:>5s} "
             f"{cells[1]:>6s} {cells[2]:>6s} {cells[3]:>7s} {cells[4]:>9s} "
             f"{_x(r.tokens_vs_greedy):>7s} {_x(r.latency_vs_greedy):>7s} {r.refused:7d} "
-            f"{r.abstained:7d} {r.failed:6d}"
+            f"{r.abstained:7d} {r.failed:6d} {r.coverage:5.2f} {_f(r.accuracy_when_answered):>7s} "
+            f"{_f(r.greedy_at_coverage):>8s}"
         )
     lines.append(
         "  (both/greedy/cand./neither: items both right, only greedy, only the candidate, "
-        "neither; tokens and latency: multiples of greedy's)"
+        "neither; tokens and latency: multiples of greedy's; cover: share answered; acc|ans: "
+        "accuracy when answered; greedy@c: greedy's accuracy on its most confident items at "
+        "that coverage, by its answer's log-probability)"
     )
     families = list(dict.fromkeys(f for r in reports for f in r.families))
     if len(families) > 1:

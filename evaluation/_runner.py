@@ -42,6 +42,9 @@ class Reply:
         refused: why the configuration refused the request (the server's 400), or None.
         abstained: whether it answered "no confident answer" (``details.abstained``).
         failed: why the collaboration produced no answer, or None.
+        logprob: the summed token log-probability of its answer (``details.answer_logprob``,
+            asked for greedy's requests: greedy's own confidence), or None (not asked, not
+            reported, or a journal line written before it was recorded).
     """
 
     answer: str = ""
@@ -51,6 +54,7 @@ class Reply:
     refused: str | None = None
     abstained: bool = False
     failed: str | None = None
+    logprob: float | None = None
 
     @property
     def answered(self) -> bool:
@@ -85,6 +89,8 @@ class BridgeRunner:
         options = dict(request.collaboration)
         mode = str(options.pop("mode"))
         options.update(temperature=request.temperature, max_tokens=request.max_tokens)
+        if request.logprob:
+            options["logprob"] = True
         t0 = time.monotonic()
         try:
             prepared = prepare_collaboration(mode, list(request.agents), options)
@@ -99,4 +105,12 @@ class BridgeRunner:
             completion_tokens=out.usage.completion_tokens,
             seconds=time.monotonic() - t0,
             abstained=bool(out.details.get("abstained", False)),
+            logprob=number_or_none(out.details.get("answer_logprob")),
         )
+
+
+def number_or_none(value: object) -> float | None:
+    """A reported log-probability as a float (None when it is not a number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
