@@ -115,16 +115,23 @@ class EvalRequest:
         return {"agents": list(self.agents), "collaboration": self.collaboration}
 
 
+def default_budget(item: EvalItem, max_tokens: int) -> int:
+    """The budget of a configuration that sets none, on ``item``: the item's own, else
+    the run's ``max_tokens`` (the journal keys replies by it)."""
+    return item.max_tokens if item.max_tokens is not None else max_tokens
+
+
 def request_for(candidate: Candidate, item: EvalItem, max_tokens: int) -> EvalRequest:
     """``candidate``'s request for ``item``.
 
-    Closed items add their choices as ``answer.choices``; on free ones a vote (or a
-    collaboration with an ``answer`` spec) gets the budget as ``answer_tokens``, a
-    direct voter's whole answer (as ``bench/quality.py`` sends it).
+    The budget is the configuration's ``max_tokens``, else the item's, else the run's
+    ``max_tokens``. Closed items add their choices as ``answer.choices``; on free ones
+    a vote (or a collaboration with an ``answer`` spec) gets the budget as
+    ``answer_tokens``, a direct voter's whole answer (as ``bench/quality.py`` sends it).
     """
     fields = candidate.closed if item.choices else candidate.free
     collaboration = dict(fields.collaboration)
-    budget = fields.max_tokens if fields.max_tokens is not None else max_tokens
+    budget = default_budget(item, max_tokens) if fields.max_tokens is None else fields.max_tokens
     if item.choices:
         answer = collaboration.get("answer")
         spec = dict(answer) if isinstance(answer, Mapping) else {}

@@ -28,6 +28,7 @@ from ._candidates import (
     GREEDY_CANDIDATE,
     Candidate,
     JSONObject,
+    default_budget,
     request_for,
 )
 from ._errors import JournalError, MissingReply
@@ -132,7 +133,9 @@ def _first(group: BaseExceptionGroup[Exception]) -> Exception:
 
 
 def _key(label: str, candidate: Candidate, max_tokens: int, item: EvalItem) -> JournalKey:
-    return (label, f"{candidate.fingerprint()}:{max_tokens}", item.key)
+    """A reply's journal key: the runner, the configuration with the budget it ran under
+    when it sets none (the item's or the run's), and the item."""
+    return (label, f"{candidate.fingerprint()}:{default_budget(item, max_tokens)}", item.key)
 
 
 def _replayed_label(
@@ -256,7 +259,7 @@ async def evaluate(
     else:
         assert journal is not None  # a replay, checked above
         label = _replayed_label(
-            journal, replies, lambda label: [_key(label, c, max_tokens, i) for c, i in work]
+            journal, replies, lambda name: [_key(name, c, max_tokens, i) for c, i in work]
         )
     todo = [(c, i) for c, i in work if _key(label, c, max_tokens, i) not in replies]
     if replay and todo:

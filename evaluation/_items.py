@@ -1,11 +1,14 @@
 """The questions of an evaluation: a JSONL file, one item a line, checked line by line.
 
 Each line is ``{"question": str, "answers": [str, ...], "choices": [str, ...]?,
-"family": str?, "part": "selection" | "report"?}``. ``answers`` are the accepted
-answers; ``choices``, when given, make the item a closed question (the
-collaboration's answer is constrained to them); ``family`` groups items for the
-stratified split and the per-family rows; ``part`` pins the item to one part of
-the split whatever the seed (a test set you already hold out stays held out).
+"family": str?, "part": "selection" | "report"?, "max_tokens": int?}``.
+``answers`` are the accepted answers; ``choices``, when given, make the item a
+closed question (the collaboration's answer is constrained to them); ``family``
+groups items for the stratified split and the per-family rows; ``part`` pins the
+item to one part of the split whatever the seed (a test set you already hold out
+stays held out); ``max_tokens`` is the item's completion budget for
+configurations that set none (a family whose answers need a few steps gets more
+than one whose answer is a word).
 The file is hostile input: its size, line count and every field are bounded, and
 a bad line is an error naming its line number and field.
 """
@@ -33,10 +36,12 @@ MAX_LIST: Final = 64
 #: most characters of one answer, choice or family name
 MAX_TEXT_CHARS: Final = 1_000
 
+#: the largest completion budget an item may ask for
+MAX_ITEM_TOKENS: Final = 4096
 #: the parts an item may be pinned to (``_split``)
 PARTS: Final = ("selection", "report")
 
-_FIELDS: Final = frozenset({"question", "answers", "choices", "family", "part"})
+_FIELDS: Final = frozenset({"question", "answers", "choices", "family", "part", "max_tokens"})
 
 
 @attrs.frozen
@@ -52,6 +57,9 @@ class EvalItem:
         part: the part it is pinned to (``"selection"`` or ``"report"``), or None: the
             seed splits it. Not part of its identity: moving an item between parts
             reuses its journaled replies.
+        max_tokens: its completion budget for configurations that set none, or None: the
+            run's. Not part of its identity either: the journal keys a reply by the
+            budget it ran with.
     """
 
     line: int
@@ -60,6 +68,7 @@ class EvalItem:
     choices: tuple[str, ...] = ()
     family: str = ""
     part: str | None = None
+    max_tokens: int | None = None
 
     @property
     def key(self) -> str:
@@ -133,7 +142,17 @@ def parse_item(line: int, data: object) -> EvalItem:
     if part is not None and part not in PARTS:
         shown = repr(part)[:40] if isinstance(part, str) else type(part).__name__
         raise BadItem(line, "part", f"must be one of {list(PARTS)}, got {shown}")
-    return EvalItem(line, question, answers, choices, family, part)
+    max_tokens = data.get("max_tokens")
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool)
+        or not isinstance(max_tokens, int)
+        or not 1 <= max_tokens <= MAX_ITEM_TOKENS
+    ):
+        got = max_tokens if isinstance(max_tokens, int) else type(max_tokens).__name__
+        raise BadItem(
+            line, "max_tokens", f"must be an integer from 1 to {MAX_ITEM_TOKENS}, got {got}"
+        )
+    return EvalItem(line, question, answers, choices, family, part, max_tokens)
 
 
 def parse_items(text: str) -> list[EvalItem]:

@@ -88,6 +88,10 @@ def test_items_parse_with_optional_fields_and_blank_lines() -> None:
         ('{"question": "q", "answers": ["x"], "answer": "x"}', "answer", "not an item field"),
         ('{"question": "q", "answers": ["x"], "part": "test"}', "part", "one of"),
         ('{"question": "q", "answers": ["x"], "part": ["report"]}', "part", "list"),
+        ('{"question": "q", "answers": ["x"], "max_tokens": 0}', "max_tokens", "1 to 4096"),
+        ('{"question": "q", "answers": ["x"], "max_tokens": 4097}', "max_tokens", "4097"),
+        ('{"question": "q", "answers": ["x"], "max_tokens": true}', "max_tokens", "integer"),
+        ('{"question": "q", "answers": ["x"], "max_tokens": "8"}', "max_tokens", "str"),
     ],
 )
 def test_a_bad_line_names_its_number_and_field(line: str, field: str, words: str) -> None:
@@ -323,6 +327,41 @@ def test_a_request_carries_the_item_choices_and_budget() -> None:
     v = request_for(BUILTIN["vote3"], free, 12)
     assert v.collaboration["answer_tokens"] == 12 and v.temperature == 0.7
     assert request_for(GREEDY_CANDIDATE, free, 16).collaboration == {"mode": "auto"}
+
+
+def test_an_item_budget_applies_where_the_configuration_sets_none() -> None:
+    short, wide = parse_items(
+        '{"question": "2 + 2?", "answers": ["4"]}\n'
+        '{"question": "3 * 4 + 5?", "answers": ["17"], "max_tokens": 200}'
+    )
+    assert wide.max_tokens == 200 and short.max_tokens is None
+    assert wide.content_hash == attrs.evolve(wide, max_tokens=None).content_hash
+    assert request_for(GREEDY_CANDIDATE, short, 16).max_tokens == 16
+    assert request_for(GREEDY_CANDIDATE, wide, 16).max_tokens == 200
+    vote = request_for(BUILTIN["vote3"], wide, 16)
+    assert vote.max_tokens == 200 and vote.collaboration["answer_tokens"] == 200
+    own = candidate_from_dict(
+        {"agents": [{"name": "a"}], "collaboration": {"mode": "auto"}, "max_tokens": 9}, "x", "x"
+    )
+    assert request_for(own, wide, 16).max_tokens == 9  # the configuration's own wins
+
+
+def test_a_changed_item_budget_reruns_that_item_only(tmp_path: Path) -> None:
+    items = _items(6)
+    _run(items, AnswerBy(_right), tmp_path)
+    budgets: list[int] = []
+
+    def answer(request: EvalRequest) -> str:
+        budgets.append(request.max_tokens)
+        return _right(request)
+
+    wider = [attrs.evolve(i, max_tokens=64) if i.line == 3 else i for i in items]
+    again = AnswerBy(answer)
+    _run(wider, again, tmp_path)
+    assert again.calls == 2 and budgets == [64, 64]  # greedy and vote3 on line 3
+    replay = AnswerBy(answer)
+    _run(wider, replay, tmp_path)
+    assert replay.calls == 0  # now recorded under its budget
 
 
 # -- the choice ----------------------------------------------------------------------------
