@@ -5,7 +5,10 @@ file, ``load_items``), chooses on a selection part and reports on a held-out
 report part: accuracy with Wilson intervals, the paired table and exact McNemar
 p against greedy, tokens and latency as multiples of greedy's, refusals.
 ``write_outputs`` writes the report and the chosen configuration's preset file;
-``microagent eval`` is the command line over them (``docs/eval.md``).
+``microagent eval`` is the command line over them (``docs/eval.md``). An item may
+pin its part (a test set you already hold out stays in the report part), and
+``evaluate(..., replay=True)`` recomputes a run's report from its journal alone,
+with no engine and no server.
 
     items = load_items(Path("questions.jsonl"))
     async with VLLMBridge("default") as engine:
