@@ -259,6 +259,22 @@ def test_responses_render_the_abstention_with_its_flag(server: LiveServer) -> No
     assert details["abstained"] is True and details["agreement"] == pytest.approx(1 / 3, 1e-3)
 
 
+def test_a_streamed_response_carries_the_flag_on_its_completed_event(server: LiveServer) -> None:
+    body = {"model": "scripted", "input": QUESTION, "stream": True, **_ABSTAIN}
+    r = httpx.post(f"{server.url}/v1/responses", json=body, headers=server.headers, timeout=30)
+    assert r.status_code == 200, r.text
+    events = [
+        json.loads(line[len("data: ") :])
+        for line in r.text.splitlines()
+        if line.startswith("data: ") and line != "data: [DONE]"
+    ]
+    (done,) = [e for e in events if e["type"] == "response.completed"]
+    response = done["response"]
+    assert response["output"][0]["content"][0]["text"] == NO_CONFIDENT_ANSWER
+    details = response["collaboration"]["details"]
+    assert details["abstained"] is True and details["agreement"] == pytest.approx(1 / 3, 1e-3)
+
+
 @pytest.mark.parametrize(
     ("options", "param"),
     [({"gate": 2}, "collaboration.gate"), ({"gate": 0.5, "below": "x"}, "collaboration.below")],
@@ -303,3 +319,16 @@ async def test_logprob_records_the_greedy_answers_summed_token_logprob() -> None
     assert isinstance(score, float) and n * math.log(0.5) <= score <= n * math.log(0.95)
     assert free.details["strategy"] == "single" and free.details["answer_logprob"] < 0
     assert "answer_logprob" not in plain.details and engine.history[-1].sampling.logprobs is None
+
+
+def test_the_openapi_document_lists_the_gate_options_from_vote_config(
+    server: LiveServer,
+) -> None:
+    document = httpx.get(f"{server.url}/openapi.json", timeout=30).json()
+    model = document["components"]["schemas"]["CollaborationModel"]
+    (vote,) = [r for r in model["allOf"] if r["if"]["properties"]["mode"]["const"] == "vote"]
+    assert {"gate", "below", "logprob"} <= set(vote["then"]["propertyNames"]["enum"])
+    (auto,) = [r for r in model["allOf"] if r["if"]["properties"]["mode"]["const"] == "auto"]
+    assert "logprob" in auto["then"]["propertyNames"]["enum"]
+    assert "gate" not in auto["then"]["propertyNames"]["enum"]
+    assert "below [greedy|abstain|escalate]" in model["description"]
