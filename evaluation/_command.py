@@ -57,6 +57,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
 def add_eval_options(p: argparse.ArgumentParser) -> None:
     """``microagent eval``'s arguments."""
     p.add_argument("items", type=Path, help="a JSONL file of questions (docs/eval.md)")
@@ -104,6 +111,12 @@ def add_eval_options(p: argparse.ArgumentParser) -> None:
         help=f"completion budget of configurations that set none (default {DEFAULT_MAX_TOKENS})",
     )
     p.add_argument(
+        "--max-token-ratio",
+        type=_positive_float,
+        help="choose only among candidates within this multiple of greedy's completion "
+        "tokens on the selection part (default: any cost)",
+    )
+    p.add_argument(
         "--replay",
         action="store_true",
         help="run nothing: recompute the report from --out's journal alone (every reply "
@@ -135,6 +148,7 @@ async def _run(
             journal=args.out / JOURNAL_FILE,
             concurrency=args.concurrency,
             replay=args.replay,
+            max_token_ratio=args.max_token_ratio,
         )
 
     if args.replay:  # the recorded replies only; --base-url names the runner to read under

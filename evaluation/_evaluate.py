@@ -64,6 +64,8 @@ class EvalReport:
         choice: the configuration chosen there, and why.
         reports: per configuration, its numbers on the report part (greedy first).
         rows: per item and configuration: its part, answer and whether it was right.
+        max_token_ratio: the selection's token budget as a multiple of greedy's (None:
+            any cost).
     """
 
     runner: str
@@ -77,6 +79,7 @@ class EvalReport:
     choice: Choice
     reports: tuple[ConfigReport, ...]
     rows: tuple[JSONObject, ...]
+    max_token_ratio: float | None = None
 
     @property
     def chosen(self) -> Candidate:
@@ -100,6 +103,7 @@ class EvalReport:
             "seed": self.seed,
             "select_fraction": self.select_fraction,
             "max_tokens": self.max_tokens,
+            "max_token_ratio": self.max_token_ratio,
             "candidates": [
                 {
                     "name": c.name,
@@ -210,6 +214,7 @@ async def evaluate(
     concurrency: int = DEFAULT_CONCURRENCY,
     progress: TextIO | None = sys.stderr,
     replay: bool = False,
+    max_token_ratio: float | None = None,
 ) -> EvalReport:
     """Run greedy and ``candidates`` on ``items``; choose on the selection part, report on
     the other.
@@ -230,6 +235,8 @@ async def evaluate(
         replay: run nothing: recompute the report from ``journal``'s replies, under
             ``runner``'s label when one is given (it is never called), else the
             recorded one. The journal is only read.
+        max_token_ratio: a candidate is eligible only within this multiple of greedy's
+            completion tokens on the selection part (None: any cost).
 
     Raises:
         ValueError: a bad ``select_fraction`` or ``concurrency``; no runner for a run,
@@ -242,6 +249,8 @@ async def evaluate(
     """
     if not 1 <= concurrency <= MAX_CONCURRENCY:
         raise ValueError(f"concurrency must be between 1 and {MAX_CONCURRENCY}")
+    if max_token_ratio is not None and not max_token_ratio > 0:
+        raise ValueError(f"max_token_ratio must be positive, got {max_token_ratio}")
     if max_tokens < 1:
         raise ValueError("max_tokens must be at least 1")
     if replay and journal is None:
@@ -274,7 +283,7 @@ async def evaluate(
         return [replies[_key(label, candidate, max_tokens, i)] for i in part]
 
     selection = {c.name: score(split.selection, of(c, split.selection)) for c in configs}
-    choice = choose(selection)  # the selection part's scores only
+    choice = choose(selection, max_token_ratio)  # the selection part's scores only
     greedy = of(GREEDY_CANDIDATE, split.report)
     reports = tuple(
         config_report(c.name, split.report, of(c, split.report), greedy) for c in configs
@@ -304,6 +313,7 @@ async def evaluate(
         choice=choice,
         reports=reports,
         rows=rows,
+        max_token_ratio=max_token_ratio,
     )
 
 

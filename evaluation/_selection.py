@@ -49,30 +49,49 @@ class Choice:
     reason: str
 
 
-def choose(selection: Mapping[str, Score]) -> Choice:
+def choose(selection: Mapping[str, Score], max_token_ratio: float | None = None) -> Choice:
     """The configuration to use, from the selection part's scores (greedy's included).
+
+    With ``max_token_ratio``, a candidate whose completion tokens per item exceed that
+    multiple of greedy's on the selection part is not eligible: a configuration must
+    pay for its tokens within the budget the user gave.
 
     Raises:
         KeyError: greedy's score is missing.
+        ValueError: a ``max_token_ratio`` that is not positive.
     """
+    if max_token_ratio is not None and not max_token_ratio > 0:
+        raise ValueError(f"max_token_ratio must be positive, got {max_token_ratio}")
     greedy = selection[GREEDY]
-    candidates = {name: s for name, s in selection.items() if name != GREEDY}
-    if not candidates:
+    given = {name: s for name, s in selection.items() if name != GREEDY}
+    if not given:
         return Choice(GREEDY, False, "no candidate was given")
+    budget = None if max_token_ratio is None else max_token_ratio * greedy.completion_tokens
+    candidates = {
+        name: s for name, s in given.items() if budget is None or s.completion_tokens <= budget
+    }
+    if not candidates:
+        return Choice(
+            GREEDY,
+            False,
+            f"no candidate stayed within {max_token_ratio:g}x greedy's completion tokens "
+            "on the selection part",
+        )
     best = min(
         candidates, key=lambda n: (-candidates[n].accuracy, candidates[n].completion_tokens, n)
     )
     score = candidates[best]
+    within = "" if budget is None else f" within {max_token_ratio:g}x greedy's tokens"
     if score.accuracy > greedy.accuracy:
         return Choice(
             best,
             True,
-            f"{best} had the highest selection accuracy, {score.accuracy:.3f} against "
+            f"{best} had the highest selection accuracy{within}, {score.accuracy:.3f} against "
             f"greedy's {greedy.accuracy:.3f}",
         )
     return Choice(
         GREEDY,
         False,
-        f"no candidate beat greedy on the selection part: the best, {best}, had "
+        f"no candidate{within} beat greedy on the selection part: the best, {best}, had "
         f"{score.accuracy:.3f} against greedy's {greedy.accuracy:.3f}",
     )

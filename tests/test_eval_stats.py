@@ -8,7 +8,7 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from microagent.evaluation import PairedTable, holm, paired_difference_interval
+from microagent.evaluation import PairedTable, Score, choose, holm, paired_difference_interval
 
 
 def _wald(t: PairedTable) -> tuple[float, float]:
@@ -62,3 +62,18 @@ def test_holm_against_a_hand_computation() -> None:
     assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert holm([0.5, 0.9]) == [1.0, 1.0]
     assert holm([]) == []
+
+
+def test_a_token_budget_keeps_a_costly_candidate_from_being_chosen() -> None:
+    selection = {
+        "greedy": Score(100, 50, 4.0),
+        "costly": Score(100, 70, 20.0),  # 5x greedy's tokens
+        "cheap": Score(100, 60, 10.0),  # 2.5x
+    }
+    assert choose(selection).name == "costly"
+    within = choose(selection, max_token_ratio=3.0)
+    assert within.name == "cheap" and "within 3x" in within.reason
+    none = choose(selection, max_token_ratio=2.0)
+    assert none.name == "greedy" and not none.beat_greedy and "2x" in none.reason
+    with pytest.raises(ValueError, match="max_token_ratio"):
+        choose(selection, max_token_ratio=0.0)
