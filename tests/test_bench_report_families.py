@@ -7,12 +7,16 @@ generator or to the seed fails here instead of silently reporting new items.
 from __future__ import annotations
 
 import re
+import subprocess
 from collections import Counter
+from pathlib import Path
 
 import _quality_report_checks as C
 import _quality_report_families as F
 import _quality_tasks as T
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_report_items_are_the_frozen_ones() -> None:
@@ -86,3 +90,41 @@ def test_checks_answers_follow_from_the_question() -> None:
     for item in C.family_items("plural", C.CHECKS_ITEMS):
         assert not re.search(r"\d", item.question)
     assert set(C.CHECKS_FAMILIES) - {"plural"} == C.CHECKED_FAMILIES
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60
+    )
+    return done.stdout.strip()
+
+
+def test_the_checks_families_were_committed_alone_before_compute_changed() -> None:
+    """Issue 40: the families were frozen before any change to compute and any
+    selection run on them; the commit graph says so."""
+    assert _git("rev-parse", "--is-shallow-repository") == "false", (
+        "needs the full history (git fetch --unshallow)"
+    )
+    frozen = _git(
+        "log", "--diff-filter=A", "--format=%H", "--", "bench/_quality_report_checks.py"
+    ).split()
+    assert len(frozen) == 1
+    freeze = frozen[0]
+    touched = set(_git("show", "--name-only", "--format=", freeze).split())
+    assert touched == {"bench/_quality_report_checks.py", "tests/test_bench_report_families.py"}
+    # the first compute with named steps, and the first selection run on these families
+    steps = _git(
+        "log", "--reverse", "--format=%H", "-G", r"^    steps: int", "--",
+        "collab/modes/_compute.py",
+    ).split()  # fmt: skip
+    first_run = _git(
+        "log", "--reverse", "--diff-filter=A", "--format=%H", "--",
+        "bench/results/quality_checks.json",
+    ).split()  # fmt: skip
+    assert steps, "compute's steps option is not in the history"
+    for later in (steps[0], *first_run[:1]):
+        assert later != freeze
+        ancestor = subprocess.run(
+            ["git", "merge-base", "--is-ancestor", freeze, later], cwd=ROOT, check=False
+        )
+        assert ancestor.returncode == 0, f"{later} does not come after the freeze {freeze}"
