@@ -48,14 +48,17 @@ EXPRESSION_REGEX = (
     r"{1,80}"
 )
 
+#: a program step's operand: a number or a name, inside calls and parentheses
+_STEP_NAME = rf"[a-z][a-z0-9_]{{0,{MAX_NAME_CHARS - 1}}}"
+_STEP_ATOM = rf"(?:(?:{_STEP_NAME})?\( ?)*-?(?:[0-9]+(?:\.[0-9]+)?|{_STEP_NAME})(?: ?\))*"
+#: a program step's expression: operands joined by operators (words cannot follow a value:
+#: a small model that writes "x = 3 * 4 and total ..." is held to arithmetic)
+_STEP_EXPRESSION = rf"{_STEP_ATOM}(?: ?(?:\*\*|//|[-+*/%,]) ?{_STEP_ATOM}){{0,15}}"
 #: the regex a program step's turn is constrained by: a lower-case name, `` = ``, then the
 #: expression language with lower-case names (earlier steps' names; the check says which)
-STEP_REGEX = (
-    rf"[a-z][a-z0-9_]{{0,{MAX_NAME_CHARS - 1}}} = "
-    r"(?:[0-9a-z_]|[ .,+\-*/%()]){1,80}"
-)
+STEP_REGEX = rf"{_STEP_NAME} = {_STEP_EXPRESSION}"
 #: the regex of a program's last allowed step: it must assign ``answer``
-ANSWER_STEP_REGEX = r"answer = (?:[0-9a-z_]|[ .,+\-*/%()]){1,80}"
+ANSWER_STEP_REGEX = rf"answer = {_STEP_EXPRESSION}"
 
 _PROGRAM = """
 {source}

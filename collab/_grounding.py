@@ -7,14 +7,16 @@ program's steps from their syntax trees (nothing is evaluated) and returns
 those the question does not state. A number counts as stated when it is
 written in the question as digits (``12``, ``1,250``, ``3.5``, ``15%``) or
 as a word (``three``, ``dozen``, ``twice``, ``half``), or when it is one of
-``SMALL_CONSTANTS``: the identities and the conversions everyone knows.
+``SMALL_CONSTANTS``: the identities and the conversions everyone knows, or
+when an earlier step of the program computed it. It cannot tell a wrong use
+of stated numbers (or of a small constant) from a right one.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 #: numbers a program may use without the question stating them, and why:
 #: 0 and 1 (identities, "one more"), 2 (doubling, halving, pairs), 7 (days a week),
@@ -70,23 +72,30 @@ def literals(text: str) -> list[float]:
     return [value for _, value in sorted(found)]  # as written (the walk is breadth first)
 
 
-def ungrounded_numbers(question: str, program: Sequence[str]) -> list[float]:
+def ungrounded_numbers(
+    question: str, program: Sequence[str], derived: Iterable[float] = ()
+) -> list[float]:
     """The literals of ``program`` (its expressions or steps) that ``question`` does not state.
+
+    ``derived``: the values the program's steps computed, which a later step may write
+    out (``answer = 17`` after a step shown ``# = 17``): they count as stated.
 
     Raises:
         SyntaxError: a step does not parse.
     """
-    allowed = stated_numbers(question) | SMALL_CONSTANTS
+    allowed = stated_numbers(question) | SMALL_CONSTANTS | {float(v) for v in derived}
     out: list[float] = []
     for text in program:
         out.extend(v for v in literals(text) if v not in allowed and v not in out)
     return out
 
 
-def grounding_failure(question: str, program: Sequence[str]) -> str | None:
+def grounding_failure(
+    question: str, program: Sequence[str], derived: Iterable[float] = ()
+) -> str | None:
     """Why ``program`` is not grounded in ``question`` (None: every number is stated)."""
     try:
-        missing = ungrounded_numbers(question, program)
+        missing = ungrounded_numbers(question, program, derived)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return "the program does not parse"
     if not missing:

@@ -433,24 +433,42 @@ async def test_a_program_that_reaches_the_bound_answers_its_last_value() -> None
     [
         (["p = 3 * 4", "answer = cost + 5"], "step 2: unknown name 'cost'"),
         (["p = 3 * 4", "p = p + 5"], "step 2: 'p' is already assigned"),
-        (["p = 3 ** 4 ** 5"], "step 1: the power is too large"),
-        (["__dict__ = 3"], "step 1: a step's name is lower-case"),
-        (["p = 3", "q = p.real"], "step 2: Attribute is not allowed"),
-        (["p = 4 / (3 - 3)"], "step 1: ZeroDivisionError"),
+        (["p = 3 * 4", "q = p.real"], "step 2: Attribute is not allowed"),
+        (["p = 3 * 4", "q = p ** 4 ** 5"], "step 2: the power is too large"),
+        (["p = 3 * 4", "q = p / (3 - 3)"], "step 2: ZeroDivisionError"),
     ],
 )
-async def test_a_bad_step_ends_the_program_with_its_error_and_greedy_answers(
+async def test_a_bad_step_ends_the_program_at_its_last_good_value(
     steps: list[str], error: str
 ) -> None:
-    engine, seen = programmed({"solver": [*steps, "answer = 1"]}, direct="17")
+    engine, seen = programmed({"solver": [*steps, "answer = 1"]})
     async with engine:
         out = await collaborate(engine, "compute", PENS, agents("solver"), steps=3)
     (program,) = out.details["programs"]
     assert program["error"].startswith(error), program["error"]
-    assert "value" not in program and program["steps"][-1]["step"] == steps[-1]
+    assert "value" not in program["steps"][-1] and program["steps"][-1]["step"] == steps[-1]
+    assert (out.answer, out.details["path"]) == ("12", "computed")  # step 1's value
+    assert len(seen) == len(steps)  # the program stopped at its bad step
+
+
+@pytest.mark.parametrize(
+    ("step", "error"),
+    [
+        ("p = 3 ** 4 ** 5", "step 1: the power is too large"),
+        ("__dict__ = 3", "step 1: a step's name is lower-case"),
+        ("p = ().__class__", "step 1: Attribute is not allowed"),
+        ("p = open(3)", "step 1: only these functions"),
+    ],
+)
+async def test_a_bad_first_step_leaves_no_value_and_greedy_answers(step: str, error: str) -> None:
+    engine, seen = programmed({"solver": [step, "answer = 1"]}, direct="17")
+    async with engine:
+        out = await collaborate(engine, "compute", PENS, agents("solver"), steps=3)
+    (program,) = out.details["programs"]
+    assert program["error"].startswith(error), program["error"]
+    assert "value" not in program
     assert (out.answer, out.details["path"]) == ("17", "direct")
-    assert seen[-1][2] is None  # the last turn: greedy's direct call
-    assert len(seen) == len(steps) + 1  # the program stopped at its bad step
+    assert seen[-1][2] is None and len(seen) == 2  # the bad step, then greedy's direct call
 
 
 async def test_programs_are_voted_and_an_ungrounded_one_is_rejected() -> None:
@@ -502,3 +520,40 @@ async def test_calculate_program_evaluates_every_step_in_the_sandbox() -> None:
         await calculate_program(["a = 1", "b = os"])  # refused before any process starts
     with pytest.raises(CalculationError, match=r"step 2: ZeroDivisionError"):
         await calculate_program(["a = 1", "b = a / (a - 1)"])  # in the sandbox
+
+
+@pytest.mark.parametrize(
+    ("text", "held"),
+    [
+        ("price = 3 * 4", True),
+        ("total = price + 5", True),
+        ("a = max(price, 3) * (2 + 4)", True),
+        ("a = -3 + sqrt(16) ** 2 // 3 % 7", True),
+        ("x = 3 * 4 + 5  x + 5", False),  # a second expression after a value
+        ("price = 3 * 4 and total 5", False),  # words after a value
+        ("Price = 3", False),
+        ("x == 3", False),
+        ("a = b.c", False),
+        ("a = 'x'", False),
+    ],
+)
+def test_the_step_grammar_holds_a_turn_to_one_assignment(text: str, held: bool) -> None:
+    assert (re.fullmatch(STEP_REGEX, text) is not None) is held
+    assert re.fullmatch(ANSWER_STEP_REGEX, text) is None  # the last step must be answer = ...
+    assert re.fullmatch(ANSWER_STEP_REGEX, "answer = total * 2") is not None
+
+
+async def test_a_step_loses_the_unmatched_parentheses_it_ends_with() -> None:
+    engine, _ = programmed({"solver": ["p = (3 * 4 )))", "answer = max(p, 5) + 5)"]})
+    async with engine:
+        out = await collaborate(engine, "compute", PENS, agents("solver"), steps=2)
+    (program,) = out.details["programs"]
+    assert [s["step"] for s in program["steps"]] == ["p = (3 * 4 )", "answer = max(p, 5) + 5"]
+    assert out.answer == "17"
+
+
+async def test_a_step_may_write_out_a_value_an_earlier_step_computed() -> None:
+    engine, _ = programmed({"solver": ["p = 3 * 4 + 5", "answer = 17"]})
+    async with engine:
+        out = await collaborate(engine, "compute", PENS, agents("solver"), steps=2)
+    assert (out.answer, out.details["path"]) == ("17", "computed")

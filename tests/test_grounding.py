@@ -56,3 +56,11 @@ def test_the_small_constants_are_the_documented_ones() -> None:
 
 def test_a_program_that_does_not_parse_is_not_grounded() -> None:
     assert grounding_failure("What is 1 + 1?", ["1 +"]) == "the program does not parse"
+
+
+def test_a_value_an_earlier_step_computed_counts_as_stated() -> None:
+    question = "Ana buys 3 pens at 4 dollars each and a 5 dollar pad."
+    program = ["p = 3 * 4 + 5", "answer = 17 * 3"]
+    assert ungrounded_numbers(question, program) == [17.0]
+    assert ungrounded_numbers(question, program, derived=[17, 51]) == []
+    assert grounding_failure(question, program, [17]) is None

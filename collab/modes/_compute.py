@@ -18,7 +18,8 @@ Each step is checked (``_arith.check_step``: a new name, an expression of the
 language reading only earlier names) and the program so far is evaluated in a
 fresh sandbox (``calculate_program``), and the step's value is shown to the
 next turn (``price = 3 * 4  # = 12``). The program ends at ``answer = …`` or at
-the bound; its last value is the agent's.
+the bound, or at a step refused or failing (its error recorded); its last good
+step's value is the agent's.
 
 With ``verify`` (the default) an agent's expression or program must use only
 numbers the question states (``_grounding``: digits or number words, or a
@@ -89,8 +90,9 @@ EXPRESSION_INSTRUCTIONS = (
 )
 STEP_INSTRUCTIONS = (
     "Do not answer in words. Solve the question with a short program of named steps, "
-    "one step per line, such as price = 3 * 4 and then total = price + 5, using the "
-    "question's numbers and the names of earlier steps. The last step is answer = ..."
+    "one step per line, such as cost = a * b and then total = cost + c, with the "
+    "question's numbers in place of the letters; each step names a new value and may use "
+    "the earlier names. The last step is answer = ..."
 )
 #: the budget of greedy's constrained answer step (``vote``'s default ``answer_tokens``)
 GREEDY_ANSWER_TOKENS: int = VoteConfig().answer_tokens
@@ -128,6 +130,14 @@ class ComputeConfig(ModeConfig):
 
 def _is_number(text: str) -> bool:
     return NUMBER.fullmatch(text.strip().replace(",", "")) is not None
+
+
+def _closed(step: str) -> str:
+    """``step`` without the unmatched closing parentheses it ends with (a regex cannot count
+    them: a small model pads a step with ``)))``); nothing else is changed."""
+    while step.count(")") > step.count("(") and step.endswith(")"):
+        step = step[:-1].rstrip()
+    return step
 
 
 def calls_for_calculation(question: str, choices: Sequence[str] | None) -> bool:
@@ -260,7 +270,9 @@ class Compute(CollaborationOp[ComputeConfig]):
     ) -> None:
         """``entry``'s answer from its value, unless the check rejects its numbers."""
         value = entry["value"]
-        rejected = grounding_failure(ctx.question, program) if ctx.config.verify else None
+        derived = [s["value"] for s in entry.get("steps", ()) if "value" in s]
+        verify = ctx.config.verify
+        rejected = grounding_failure(ctx.question, program, derived) if verify else None
         if rejected is not None:
             entry["rejected"] = rejected
             entry["answer"] = ""
@@ -282,7 +294,9 @@ class Compute(CollaborationOp[ComputeConfig]):
 
         One sandbox call per step, evaluating the program so far: a fresh sandbox
         keeps no state between calls, and the step's value must reach the next turn
-        before the model writes it; re-evaluating the earlier steps is cheap.
+        before the model writes it; re-evaluating the earlier steps is cheap. A step
+        that is refused or fails ends the program (its error recorded, the step never
+        run): the value is the last good step's, none when the first step fails.
         """
         spec = role.spec
         bound = ctx.config.steps
@@ -290,23 +304,31 @@ class Compute(CollaborationOp[ComputeConfig]):
         shown: list[str] = []  # the program as the next turn sees it, each value written
         entry: dict[str, Any] = found[i]
         entry.update(agent=role.agent, steps=[])
+        instructions = " ".join(filter(None, (spec.instructions, STEP_INSTRUCTIONS)))
+        remote = role.bridge.remote
         for k in range(bound):
             last = k == bound - 1
-            seen = "\n".join(["Steps so far:", *shown]) if shown else ""
-            ask = "Write only the last step: answer = ..." if last else "Write only the next step."
-            instructions = " ".join(filter(None, (spec.instructions, STEP_INSTRUCTIONS)))
-            text = "\n".join(filter(None, (instructions, seen, ask)))
             sampling = attrs.evolve(
                 ctx.sampling(spec, max_tokens=ctx.config.expression_tokens),
-                regex=None if role.bridge.remote else (ANSWER_STEP_REGEX if last else STEP_REGEX),
+                regex=None if remote else (ANSWER_STEP_REGEX if last else STEP_REGEX),
             )
-            prompt = ctx.prompt(spec, instructions=text)
+            if remote:  # a chat model's reply cannot be continued: the steps go in its question
+                seen = "\n".join(["Steps so far:", *shown, "Write only the next step."])
+                prompt = ctx.prompt(
+                    spec, instructions=f"{instructions}\n{seen}" if shown else instructions
+                )
+            else:  # the program so far, values written, opens the agent's own reply
+                prompt = ctx.prompt(spec, instructions=instructions)
+                if shown:
+                    prompt = role.bridge.chat.continue_with(prompt, "\n".join(shown) + "\n")
             done = await ctx.turn(role, Turn(prompt, sampling, label="step", keep=False))
             lines = done.content.strip().strip("`").strip().splitlines()
-            step = (lines[0].strip() if lines else "")[: MAX_NAME_CHARS + 3 + MAX_EXPRESSION_CHARS]
+            step = _closed(
+                (lines[0].strip() if lines else "")[: MAX_NAME_CHARS + 3 + MAX_EXPRESSION_CHARS]
+            )
             if done.result is None or not step:
                 entry["error"] = f"step {k + 1}: no step written"
-                return
+                break
             program = [*steps, step]
             await ctx.emit(
                 "tool_call",
@@ -334,12 +356,14 @@ class Compute(CollaborationOp[ComputeConfig]):
                 duration=anyio.current_time() - start,
             )
             if not values:
-                return
+                break
             steps = program
             shown.append(f"{step}  # = {format_value(values[-1])}")
             if step.partition("=")[0].strip() == "answer":
                 break
-        entry["value"] = entry["steps"][-1]["value"]
+        if not steps:  # not one step ran: no value
+            return
+        entry["value"] = next(s["value"] for s in reversed(entry["steps"]) if "value" in s)
         self._settle(ctx, entry, steps)
 
     async def _direct(
