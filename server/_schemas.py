@@ -82,7 +82,7 @@ def _graph_properties(schema: dict[str, Any]) -> None:
         "debate: layout [auto|threads|transcript]; reflect: validator; cascade: verify; "
         "best_of: validator, judge [auto|self|likelihood|off], "
         "judge_instructions, answer_tokens, wave, adaptive (with judge likelihood); "
-        "compute (with serve --calculator): expression_tokens, fallback; "
+        "compute (with serve --calculator): expression_tokens, steps, verify, fallback; "
         "auto: validator, calculator (with serve --calculator), logprob; "
         "graph: nodes, edges, entry, output). ``tools`` names server tools the agents may call."
     )
