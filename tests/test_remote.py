@@ -567,3 +567,23 @@ async def test_http_a_streamed_collaboration_reports_usage_by_model() -> None:
         "remote": True,
     }
     assert usage["by_model"]["scripted"]["requests"] == 2
+
+
+async def test_compute_steps_on_a_remote_model_read_first_lines_and_show_the_values() -> None:
+    """A remote chat model takes no regex: each step is its reply's first line (code marks
+    dropped), and the steps so far, with the sandbox's values, go into its next question."""
+    question = "A box holds 6 eggs. Tom buys 4 boxes and breaks 5 eggs. How many eggs are left?"
+    replies = (Reply(("```\nboxes = 6 * 4\n```",)), Reply(("answer = boxes - 5\nso 19",)))
+    async with serving(*replies) as (fake, big), ScriptedEngine() as local:
+        outcome = await collaborate(
+            local, "compute", question, [{"name": "far", "model": "big"}],
+            engines={"big": big}, steps=2,
+        )  # fmt: skip
+    assert (outcome.answer, outcome.details["path"]) == ("19", "computed")
+    (program,) = outcome.details["programs"]
+    assert [(s["step"], s["value"]) for s in program["steps"]] == [
+        ("boxes = 6 * 4", 24),
+        ("answer = boxes - 5", 19),
+    ]
+    first, second = (json.dumps(r.body["messages"]) for r in fake.requests)
+    assert "# = 24" not in first and "boxes = 6 * 4  # = 24" in second
