@@ -35,20 +35,26 @@ mode never does worse than greedy where the calculator cannot help, and never
 refuses a question.
 
 Why compute lost to greedy on free answers (issue 40: 0.417 against 0.475,
-7 items lost, 0 won), read from the code, not measured. The direct path was
-not greedy's call: for a free question it sent no instructions at all where
-greedy's direct voter is told "Answer concisely.", and it returned the raw
-reply where greedy returns the normalised answer; with choices it gave a
-larger budget than greedy's 16 answer tokens and ignored a persona's own
-instructions. Every free question without two numbers (the one-word families)
-went through that path, so any item where the reworded prompt changed the
-model's reply could only move away from greedy's answer. The direct path is
-now byte-identical to greedy's single call (a test on the ScriptedEngine holds
-it). The second route is the expression path itself: a question that states
-two numbers (single-digit products, "What is 7 times 8?") goes to an
-expression even where greedy is already right, so it can only lose there;
-the grounding check sends a program that invents a number back to greedy,
-but it cannot catch a wrong use of stated numbers.
+7 items lost, 0 won), read from the code, not measured:
+
+1. The direct path was not greedy's call when greedy is ``vote`` with
+   ``style: direct`` and one voter. For a free question it sent no
+   instructions where greedy's voter is told "Answer concisely.", and
+   returned the raw reply where greedy returns the normalised answer; with
+   choices it gave a larger budget than greedy's 16 tokens and ignored a
+   persona's instructions. Every free question without two numbers (the
+   one-word families) took that path. It is now byte-identical to that call
+   as ``microagent eval`` sends it (a free answer's ``answer_tokens`` is the
+   request's ``max_tokens``; a ScriptedEngine test holds it). Against
+   ``microagent eval``'s free-answer greedy (``auto``, one agent: no
+   instructions, the raw reply) the old direct path was already identical,
+   and this one is not: if that was the baseline, the loss came from item 2.
+2. The expression path takes every free question with two numbers, or one
+   and a cue word ("What is 7 times 8?", single-digit products), even where
+   greedy is already right, so there it can only lose: a wrong expression,
+   or a value where a word was wanted. ``verify`` sends a program that
+   invents a number back to greedy's call, but a wrong use of stated numbers
+   or of a small constant (``6 * 2 + 10``) passes it.
 """
 
 from __future__ import annotations
