@@ -326,12 +326,9 @@ def recording() -> tuple[ScriptedEngine, list[tuple[tuple[int, ...], Any]]]:
 async def test_the_direct_answer_is_greedys_single_call_byte_for_byte(
     question: str, options: dict[str, Any]
 ) -> None:
-    """compute's direct answer sends what ``vote`` (style direct, one voter, temperature 0)
-    sends, as ``microagent eval`` sends greedy (a free answer's ``answer_tokens`` is the
-    request's ``max_tokens``), and answers what it answers."""
-    greedy_options = {k: v for k, v in options.items() if k != "steps"}
-    if "answer" not in options:
-        greedy_options["answer_tokens"] = options["max_tokens"]
+    """compute's direct answer sends what ``microagent eval``'s greedy sends, and answers
+    what it answers: with choices ``vote`` (style direct, one voter, temperature 0), on a
+    free answer the plain call (``auto``, one agent, temperature 0, the reply as written)."""
     engine, sent = recording()
     async with engine:
         computed = await collaborate(
@@ -339,14 +336,21 @@ async def test_the_direct_answer_is_greedys_single_call_byte_for_byte(
         )
         direct = sent[-1]
         sent.clear()
-        greedy = await collaborate(
-            engine, "vote", question, [AgentSpec("voter", count=1)], style="direct",
-            temperature=0.0, **greedy_options,
-        )  # fmt: skip
+        if "answer" in options:
+            greedy = await collaborate(
+                engine, "vote", question, [AgentSpec("voter", count=1)], style="direct",
+                temperature=0.0, **options,
+            )  # fmt: skip
+        else:
+            greedy = await collaborate(
+                engine, "auto", question, [AgentSpec("agent", count=1)], temperature=0.0,
+                max_tokens=options["max_tokens"],
+            )  # fmt: skip
     assert computed.details["path"] == "direct"
     assert sent == [direct]  # the same prompt ids and the same sampling
     assert computed.answer == greedy.answer
-    assert computed.answer == "mice"  # normalised as greedy's answer is
+    # a closed answer is normalised to its choice; a free one is the reply as written
+    assert computed.answer == ("mice" if "answer" in options else "Mice.")
     if "steps" in options:  # the program ran, and was rejected for its invented 3
         (program,) = computed.details["programs"]
         assert program["rejected"] == "uses numbers the question does not state: 3"

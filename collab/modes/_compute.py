@@ -37,18 +37,14 @@ refuses a question.
 Why compute lost to greedy on free answers (issue 40: 0.417 against 0.475,
 7 items lost, 0 won), read from the code, not measured:
 
-1. The direct path was not greedy's call when greedy is ``vote`` with
-   ``style: direct`` and one voter. For a free question it sent no
-   instructions where greedy's voter is told "Answer concisely.", and
-   returned the raw reply where greedy returns the normalised answer; with
-   choices it gave a larger budget than greedy's 16 tokens and ignored a
-   persona's instructions. Every free question without two numbers (the
-   one-word families) took that path. It is now byte-identical to that call
-   as ``microagent eval`` sends it (a free answer's ``answer_tokens`` is the
-   request's ``max_tokens``; a ScriptedEngine test holds it). Against
-   ``microagent eval``'s free-answer greedy (``auto``, one agent: no
-   instructions, the raw reply) the old direct path was already identical,
-   and this one is not: if that was the baseline, the loss came from item 2.
+1. The direct path is now exactly the greedy call ``microagent eval`` compares
+   against: with choices ``vote`` (``style: direct``, one voter: its
+   instructions, 16-token budget and normalised answer; the old path gave a
+   larger budget and ignored a persona's instructions), on a free answer the
+   plain call (``auto``, one agent: no instructions, the reply as written).
+   A ScriptedEngine test holds both requests equal. Against a ``vote``-direct
+   greedy ("Answer concisely.", a normalised reply) the free path differs by
+   design: the plain call is the baseline a user has.
 2. The expression path takes every free question with two numbers, or one
    and a cue word ("What is 7 times 8?", single-digit products), even where
    greedy is already right, so there it can only lose: a wrong expression,
@@ -375,19 +371,31 @@ class Compute(CollaborationOp[ComputeConfig]):
     async def _direct(
         self, ctx: CollaborationContext[ComputeConfig], role: Role, details: dict[str, Any]
     ) -> ModeResult:
-        """Greedy's single call, byte for byte: ``vote`` with ``style: direct`` and one voter.
+        """Greedy's single call, byte for byte, as ``microagent eval`` sends greedy.
 
-        The same prompt (the agent's own instructions, else ``direct_instructions``),
-        the same sampling at temperature 0 (constrained to the answer spec; with
-        choices greedy's ``GREEDY_ANSWER_TOKENS``, free the request's ``max_tokens``,
-        which is the ``answer_tokens`` ``microagent eval`` sends greedy), and the
-        same normalised answer.
+        With choices: ``vote`` with ``style: direct`` and one voter (the agent's own
+        instructions, else ``direct_instructions``; held to the choices within
+        ``GREEDY_ANSWER_TOKENS``; the normalised answer). A free answer: the plain call
+        (``auto`` with one agent at temperature 0: the agent's own prompt, the request's
+        ``max_tokens``, the reply as written). Instructions a plain call does not send
+        ("Answer concisely.") change a small model's answers, so greedy's right answers
+        would not survive the fallback.
         """
         choices = ctx.choices
         spec = role.spec
+        if not choices:
+            sampling = ctx.sampling(spec, temperature=0.0)
+            done = await ctx.turn(
+                role, Turn(ctx.prompt(spec), sampling, label="answer", keep=False)
+            )
+            if done.result is None:
+                raise ctx.failure("the agent produced nothing")
+            role.record.answer = done.content
+            return ModeResult(answer=done.content, details=details)
         prompt = ctx.prompt(spec, instructions=spec.instructions or direct_instructions(choices))
-        budget = GREEDY_ANSWER_TOKENS if choices else None
-        sampling = ctx.sampling(spec, max_tokens=budget, temperature=0.0, constrained=True)
+        sampling = ctx.sampling(
+            spec, max_tokens=GREEDY_ANSWER_TOKENS, temperature=0.0, constrained=True
+        )
         done = await ctx.turn(role, Turn(prompt, sampling, label="answer", keep=False))
         if done.result is None:
             raise ctx.failure("the agent produced nothing")
