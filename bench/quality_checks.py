@@ -56,6 +56,7 @@ from typing import Any
 
 import _quality_report_checks as C
 import _quality_report_families as F
+import attrs
 from _accuracy_tasks import Item
 from _collab_engines import SETTINGS
 from _sections import (
@@ -73,6 +74,7 @@ from microagent.evaluation import (
     GREEDY_CANDIDATE,
     BridgeRunner,
     Candidate,
+    Choice,
     EvalItem,
     EvalReport,
     PairedTable,
@@ -276,7 +278,7 @@ def family_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Issue 40's targets, from the JSON alone."""
-    chosen = data["report"]["choice"]["name"]
+    chosen = data["published"]["name"]
     rows = [r for r in data["families"] if r["config"] == chosen]
     report = {r["name"]: r for r in data["report"]["report"]}
     if chosen == "greedy":
@@ -289,8 +291,16 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
             if r["difference"] >= 0.08 and r["p_holm"] < 0.05
         ]
         beat_text = ", ".join(beat) or "none"
-    worst = min(rows, key=lambda r: r["interval"][0])
     refused = sum(r["refused"] for r in rows)
+    if chosen == "greedy":
+        worst_text, worst_met = "greedy is the published configuration: no difference", True
+    else:
+        worst = min(rows, key=lambda r: r["interval"][0])
+        worst_text = (
+            f"lowest bound {100 * worst['interval'][0]:+.1f} points ({worst['family']}); "
+            f"{refused} refused"
+        )
+        worst_met = worst["interval"][0] > -0.03 and refused == 0
     tokens = report[chosen]["tokens_vs_greedy"] if chosen != "greedy" else 1.0
     abstainer = data.get("abstainer", ABSTAINER)
     gated = [r for r in data["families"] if r["config"] == abstainer]
@@ -314,9 +324,8 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
         {
             "target": "on every family (the control included) the 95 % interval of the "
             "difference from greedy has its lower bound above -3 points; nothing refused",
-            "measured": f"lowest bound {100 * worst['interval'][0]:+.1f} points "
-            f"({worst['family']}); {refused} refused",
-            "met": worst["interval"][0] > -0.03 and refused == 0,
+            "measured": worst_text,
+            "met": worst_met,
         },
         {
             "target": "completion tokens <= 3x greedy's",
@@ -345,9 +354,10 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 def tables(data: dict[str, Any]) -> str:
     """The family table of the chosen and the abstaining configuration, and the targets."""
-    chosen = data["report"]["choice"]["name"]
+    chosen = data["published"]["name"]
     lines = [
-        f"Chosen on the selection part: **{chosen}** ({data['report']['choice']['reason']}).",
+        f"Chosen on the selection part: **{chosen}** ({data['published']['reason']}). "
+        f"Abstainer: **{data.get('abstainer', ABSTAINER)}**.",
         "",
         "| configuration | family | greedy | accuracy | difference (95 % CI) | McNemar p "
         "| Holm p | coverage | when answered | greedy at coverage | tokens vs greedy |",
@@ -416,9 +426,8 @@ async def run(args: argparse.Namespace, journal: Path) -> dict[str, Any]:
         chosen_on = await stage("selection", selection, [*candidates(), *abstainers()])
         by_name = {c.name: c for c in (*candidates(), *abstainers())}
         selection_rows = list(chosen_on.rows)
-        published = [
-            c for c in candidates() if c.name == choose_published(chosen_on, selection_rows)
-        ]
+        choice = choose_published(chosen_on)
+        published = [c for c in candidates() if c.name == choice.name]
         abstainer = by_name[choose_abstainer(selection_rows)]
         report = await stage("report", todo, published)
         abstention = await stage("abstention", todo, [abstainer])
@@ -433,6 +442,7 @@ async def run(args: argparse.Namespace, journal: Path) -> dict[str, Any]:
         "selection": chosen_on.to_dict(),
         "report": first[0],
         "abstention": first[1],
+        "published": attrs.asdict(choice),
         "abstainer": abstainer.name,
         "loadavg_per_stage": loads,
         "replay": {
@@ -444,12 +454,12 @@ async def run(args: argparse.Namespace, journal: Path) -> dict[str, Any]:
     }
 
 
-def choose_published(chosen_on: EvalReport, selection_rows: list[dict[str, Any]]) -> str:
-    """``evaluate``'s choice on the selection part among the candidates (the abstainers,
+def choose_published(chosen_on: EvalReport) -> Choice:
+    """``evaluate``'s rule on the selection part among the candidates (the abstainers,
     which answer "no confident answer", are not publishable: their own choice is
     ``choose_abstainer``'s)."""
     scores = {k: v for k, v in chosen_on.selection.items() if not k.startswith(ABSTAINER)}
-    return choose(scores, TOKEN_BUDGET).name
+    return choose(scores, TOKEN_BUDGET)
 
 
 def family_report(results: Path = RESULTS, stem: str = "quality_checks") -> FamilyReport:
@@ -460,7 +470,7 @@ def family_report(results: Path = RESULTS, stem: str = "quality_checks") -> Fami
         family="quality_checks",
         title="Quality through microagent eval on frozen families (issue 40)",
         headline=Headline(
-            figure=f"published ({data['report']['choice']['name']}): families beating greedy "
+            figure=f"published ({data['published']['name']}): families beating greedy "
             "by >= 8 points (Holm)",
             value=str(beat["measured"]),
             baseline="one greedy call (temperature 0)",

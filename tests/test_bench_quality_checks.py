@@ -71,6 +71,7 @@ def _data(lift: int, abstain_right: bool, n: int = 40) -> dict[str, Any]:
             )
     names = ("greedy", "compute")
     return {
+        "published": {"name": "compute", "beat_greedy": True, "reason": "synthetic"},
         "abstainer": Q.ABSTAINER,
         "abstention": {
             "rows": [r for r in rows if r["config"] in ("greedy", Q.ABSTAINER)],
