@@ -102,3 +102,41 @@ def grounding_failure(
         return None
     shown = ", ".join(f"{v:g}" for v in missing)
     return f"uses numbers the question does not state: {shown}"
+
+
+#: most distinct numbers a grounded expression regex lists (a longer question keeps the
+#: plain language, and the check after the turn still applies)
+MAX_GROUNDED_OPERANDS = 48
+#: operators a grounded expression joins its operands with
+_OPERATOR = r" ?[-+*/] ?"
+
+
+def _written(value: float) -> str:
+    """A number as an expression writes it: digits, no exponent, no trailing ``.0``."""
+    number = float(value)
+    if number.is_integer():
+        return str(int(number))
+    return format(number, "f").rstrip("0")
+
+
+def grounded_expression_regex(question: str, max_operands: int = 8) -> str | None:
+    """The regex of an expression whose every number the question states, joined by
+    operators, with parentheses: the check moved into decoding. Where the question states
+    fewer than two numbers, ``SMALL_CONSTANTS`` are allowed too.
+
+    A small model asked for an expression often writes a list ("1. 1. 1.") or copies
+    numbers from nowhere ("15 * 2 + 10"); held to this language it can only combine the
+    question's own numbers, so the check after the turn no longer has to reject it.
+    None when the question states more than ``MAX_GROUNDED_OPERANDS`` numbers.
+    """
+    stated = stated_numbers(question)
+    # the constants only where the question states fewer than two numbers (a conversion
+    # whose factor everyone knows): offered beside stated ones, a small model picks them
+    # ("10 + 2 * 3") over the question's own
+    usable = stated if len(stated) >= 2 else stated | SMALL_CONSTANTS
+    numbers = sorted({_written(v) for v in usable})
+    if len(numbers) > MAX_GROUNDED_OPERANDS:
+        return None
+    number = "(?:" + "|".join(re.escape(n) for n in sorted(numbers, key=len, reverse=True)) + ")"
+    atom = rf"\(?{number}\)?"
+    return rf"\(?{atom}(?:{_OPERATOR}\(?{atom}\)?){{0,{max_operands - 1}}}\)?"

@@ -561,3 +561,23 @@ async def test_a_step_may_write_out_a_value_an_earlier_step_computed() -> None:
     async with engine:
         out = await collaborate(engine, "compute", PENS, agents("solver"), steps=2)
     assert (out.answer, out.details["path"]) == ("17", "computed")
+
+
+async def test_with_verify_the_expression_turn_is_held_to_the_questions_numbers() -> None:
+    """The check moved into decoding: the expression turn's regex admits the question's
+    numbers only with ``verify`` (the default), the calculator's whole language without."""
+    question = "A crate holds 18 bottles. How many bottles are in 5 crates?"
+    seen: list[str | None] = []
+
+    def script(prompt: tuple[int, ...], request: EngineRequest) -> str:
+        seen.append(request.sampling.regex)
+        return "18 * 5" if request.sampling.regex else "90"
+
+    async with ScriptedEngine(script=script) as engine:
+        out = await collaborate(engine, "compute", question, [AgentSpec("solver")])
+        plain = await collaborate(engine, "compute", question, [AgentSpec("solver")], verify=False)
+    assert out.answer == plain.answer == "90"
+    grounded, whole = seen[0], seen[1]
+    assert grounded is not None and whole is not None
+    assert re.fullmatch(grounded, "18 * 5") and not re.fullmatch(grounded, "17 * 5")
+    assert re.fullmatch(whole, "17 * 5")  # verify off: any number (the check is off too)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from microagent.collab._grounding import (
+    MAX_GROUNDED_OPERANDS,
     SMALL_CONSTANTS,
+    grounded_expression_regex,
     grounding_failure,
     literals,
     stated_numbers,
@@ -64,3 +68,23 @@ def test_a_value_an_earlier_step_computed_counts_as_stated() -> None:
     assert ungrounded_numbers(question, program) == [17.0]
     assert ungrounded_numbers(question, program, derived=[17, 51]) == []
     assert grounding_failure(question, program, [17]) is None
+
+
+def test_a_grounded_expression_combines_only_the_questions_numbers() -> None:
+    regex = grounded_expression_regex("A tray holds 15 eggs. How many eggs are in 9 trays?")
+    assert regex is not None
+    for good in ("15 * 9", "(15 + 9) * 9", "9*15", "15 * 9 - 9"):
+        assert re.fullmatch(regex, good), good
+    # a list, an invented number, words after a value, a number split by a space
+    # (and a constant: with two stated numbers the model would pick 10 or 2 over them)
+    for bad in ("1. 1. 1.", "15 * 3", "15 * 9 eggs", "1 5 * 9", "15 ** 9", "15 * 9 + 1", ""):
+        assert not re.fullmatch(regex, bad), bad
+    assert re.fullmatch(grounded_expression_regex("Half of 3.5 plus 1,250?") or "", "3.5 * 1250")
+    # one stated number: the known conversions join it
+    one = grounded_expression_regex("How many minutes are in 6 hours?") or ""
+    assert re.fullmatch(one, "6 * 60") and not re.fullmatch(one, "6 * 61")
+
+
+def test_a_question_with_too_many_numbers_keeps_the_plain_language() -> None:
+    many = " ".join(str(1000 + i) for i in range(MAX_GROUNDED_OPERANDS + 1))
+    assert grounded_expression_regex(many) is None

@@ -79,7 +79,7 @@ from .._calculator import (
 from .._code_policy import require_code
 from .._config import ModeConfig, boolean, int_in, not_none
 from .._context import CollaborationContext
-from .._grounding import grounding_failure
+from .._grounding import grounded_expression_regex, grounding_failure
 from .._mode import CollaborationOp, ModeResult
 from .._spec import AgentSpec
 from .._tally import majority
@@ -220,6 +220,16 @@ class Compute(CollaborationOp[ComputeConfig]):
             raise ctx.failure(why)
         return await self._direct(ctx, roles[0], {**details, "path": "direct", "why": why})
 
+    @staticmethod
+    def _expression_regex(ctx: CollaborationContext[ComputeConfig]) -> str:
+        """The expression turn's language: with ``verify``, only the question's numbers
+        (``grounded_expression_regex``), else the calculator's whole language."""
+        if ctx.config.verify:
+            grounded = grounded_expression_regex(ctx.question)
+            if grounded is not None:
+                return grounded
+        return EXPRESSION_REGEX
+
     async def _solve(
         self,
         ctx: CollaborationContext[ComputeConfig],
@@ -235,7 +245,8 @@ class Compute(CollaborationOp[ComputeConfig]):
         sampling = attrs.evolve(
             ctx.sampling(spec, max_tokens=ctx.config.expression_tokens),
             # a remote chat model takes no regex: its reply's first line, code marks dropped
-            regex=None if role.bridge.remote else EXPRESSION_REGEX,
+            # with verify, held to the question's own numbers (the check, at decode time)
+            regex=None if role.bridge.remote else self._expression_regex(ctx),
         )
         done = await ctx.turn(role, Turn(prompt, sampling, label="expression", keep=False))
         lines = done.content.strip().strip("`").strip().splitlines()
