@@ -29,6 +29,7 @@ import hostile  # noqa: E402
 import load  # noqa: E402
 import lora_role  # noqa: E402
 import quality  # noqa: E402
+import quality_checks  # noqa: E402
 import replicas  # noqa: E402
 import soak  # noqa: E402
 import tier_cells  # noqa: E402
@@ -45,6 +46,7 @@ FAMILIES: dict[str, Callable[[Path], FamilyReport]] = {
     "early_stop": early_stop.family_report,
     "accuracy": accuracy.family_report,
     "quality": quality.family_report,
+    "quality_checks": quality_checks.family_report,
     "tools": tools.family_report,
     "faults": faults.family_report,
     "soak": soak.family_report,
