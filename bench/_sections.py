@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,20 @@ def machine_sentence(m: dict[str, Any]) -> str:
         f"{m.get('cpus')} CPUs, load average {m.get('loadavg_at_start', 0):.2f} at start"
         f"{forced}, {m.get('seconds', 0)} s in all"
     )
+
+
+def quiet_load(force: bool, limit: float) -> float | None:
+    """The load average at start, or None when it is ``limit`` or more and the run is not
+    forced (the refusal said on stderr): the benchmarks measure a quiet machine, and a
+    forced run records that it was not one (``machine``)."""
+    load = os.getloadavg()[0]
+    if load >= limit and not force:
+        print(
+            f"load average {load:.2f} >= {limit:g}: the machine is not quiet; refusing",
+            file=sys.stderr,
+        )
+        return None
+    return load
 
 
 def machine(load: float, forced: bool, started: float) -> dict[str, Any]:

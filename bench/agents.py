@@ -105,6 +105,7 @@ from _sections import (  # noqa: E402
     machine_cell,
     page,
     publish,
+    quiet_load,
 )
 from _serve import free_port  # noqa: E402
 
@@ -1014,9 +1015,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # run in their own sessions, so a plain SIGTERM would leave them running)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     args = parse_args(argv)
-    load = os.getloadavg()[0]
-    if load > 0.5 and not args.force and not (args.plan or args.report_only):
-        print(f"load average {load:.2f} > 0.5: the machine is not quiet; refusing", file=sys.stderr)
+    load = quiet_load(args.force or args.plan or args.report_only, 0.5)
+    if load is None:
         return 2
     run(args)
     if args.update and not args.plan:

@@ -48,6 +48,7 @@ from _sections import (  # noqa: E402
     machine_cell,
     page,
     publish,
+    quiet_load,
 )
 
 RESULTS = HERE / "results"
@@ -338,9 +339,8 @@ def main() -> int:
     args.items = args.items or (20 if args.quick else 60)
     if args.live is None:
         args.live = list(DEFAULT_LIVE[:2] if args.quick else DEFAULT_LIVE)
-    load = os.getloadavg()[0]
-    if load > 0.5 and not args.force:
-        print(f"load average {load:.2f} > 0.5: the machine is not quiet; refusing", file=sys.stderr)
+    load = quiet_load(args.force, 0.5)
+    if load is None:
         return 2
     started = time.time()
     data = asyncio.run(main_async(args))

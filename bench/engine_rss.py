@@ -37,7 +37,16 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 sys.path.insert(0, str(HERE))
 
-from _sections import FamilyReport, Headline, data_line, date_cell, page, publish, x  # noqa: E402
+from _sections import (  # noqa: E402
+    FamilyReport,
+    Headline,
+    data_line,
+    date_cell,
+    page,
+    publish,
+    quiet_load,
+    x,
+)
 
 #: (in, out) features of one SmolLM2-135M decoder layer's linears: qkv, o, gate-up, down
 SHAPES = ((576, 960), (576, 576), (576, 3072), (1536, 576))
@@ -178,9 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="run even on a busy machine")
     parser.add_argument("--update", action="store_true", help="rewrite the family page and row")
     args = parser.parse_args(argv)
-    load = os.getloadavg()[0]
-    if load > 0.5 and not args.force:
-        print(f"load average {load:.2f} > 0.5: the machine is not quiet; refusing")
+    load = quiet_load(args.force, 0.5)
+    if load is None:
         return 2
     runs = []
     for name, env in variants().items():

@@ -44,6 +44,7 @@ from _sections import (  # noqa: E402
     machine_cell,
     page,
     publish,
+    quiet_load,
 )
 
 RESULTS = HERE / "results"
@@ -172,9 +173,8 @@ def main() -> int:
     args = parser.parse_args()
     args.aborts = args.aborts or (5 if args.quick else 40)
     args.kills = args.kills or (3 if args.quick else 20)
-    load = os.getloadavg()[0]
-    if load >= 1.0 and not args.force:
-        print(f"load average {load:.2f} >= 1: the machine is not quiet; refusing", file=sys.stderr)
+    load = quiet_load(args.force, 1.0)
+    if load is None:
         return 2
     started = time.time()
     data = asyncio.run(main_async(args))

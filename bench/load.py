@@ -68,6 +68,7 @@ from _sections import (  # noqa: E402
     machine_cell,
     page,
     publish,
+    quiet_load,
 )
 
 RESULTS = HERE / "results"
@@ -622,12 +623,8 @@ def main() -> int:
     if args.report_only:
         data = json.loads(path.read_text())
     else:
-        load = os.getloadavg()[0]
-        if load > 0.5 and not args.force:
-            print(
-                f"load average {load:.2f} > 0.5: the machine is not quiet; refusing",
-                file=sys.stderr,
-            )
+        load = quiet_load(args.force, 0.5)
+        if load is None:
             return 2
         started = time.time()
         data = asyncio.run(main_async(args))

@@ -103,6 +103,7 @@ from _sections import (  # noqa: E402
     machine_cell,
     page,
     publish,
+    quiet_load,
 )
 from accuracy import outcome_row  # noqa: E402
 from microagent.evaluation import (  # noqa: E402
@@ -573,11 +574,8 @@ def main() -> int:
     if args.report_only:
         data = json.loads(path.read_text())
     else:
-        load = os.getloadavg()[0]
-        if load >= 1.0 and not args.force:
-            print(
-                f"load average {load:.2f} >= 1: the machine is not quiet; refusing", file=sys.stderr
-            )
+        load = quiet_load(args.force, 1.0)
+        if load is None:
             return 2
         started = time.time()
         data = asyncio.run(main_async(args, chosen))

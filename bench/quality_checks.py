@@ -70,6 +70,7 @@ from _sections import (
     machine_cell,
     page,
     publish,
+    quiet_load,
     replace_section,
 )
 from microagent.evaluation import (
@@ -521,11 +522,8 @@ def main() -> int:
     if args.report_only:
         data = json.loads(path.read_text())
     else:
-        load = os.getloadavg()[0]
-        if load >= 1.0 and not args.force:
-            print(
-                f"load average {load:.2f} >= 1: the machine is not quiet; refusing", file=sys.stderr
-            )
+        load = quiet_load(args.force, 1.0)
+        if load is None:
             return 2
         started = time.time()
         measured = asyncio.run(run(args, journal))

@@ -32,7 +32,6 @@ import argparse
 import concurrent.futures
 import json
 import math
-import os
 import random
 import sys
 import time
@@ -54,6 +53,7 @@ from _sections import (  # noqa: E402
     machine_sentence,
     page,
     publish,
+    quiet_load,
     x,
 )
 from _serve import free_port  # noqa: E402
@@ -340,9 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true")
     parser.add_argument("--update", action="store_true", help="rewrite the family page and row")
     args = parser.parse_args(argv)
-    load = os.getloadavg()[0]
-    if load > 0.5 and not args.force:
-        print(f"load average {load:.2f} > 0.5: the machine is not quiet; refusing", file=sys.stderr)
+    load = quiet_load(args.force, 0.5)
+    if load is None:
         return 2
     import ray
     from ray import serve

@@ -77,6 +77,7 @@ from _sections import (  # noqa: E402
     machine_cell,
     page,
     publish,
+    quiet_load,
 )
 from _serve import free_port  # noqa: E402
 
@@ -489,9 +490,8 @@ def run(args: argparse.Namespace, load: float, forced: bool) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    load = os.getloadavg()[0]
-    if load > 0.5 and not args.force:
-        print(f"load average {load:.2f} > 0.5: the machine is not quiet; refusing", file=sys.stderr)
+    load = quiet_load(args.force, 0.5)
+    if load is None:
         return 2
     data = run(args, load, bool(args.force and load > 0.5))
     if args.update and args.stem in ("soak", "soak_chaos"):

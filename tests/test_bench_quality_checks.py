@@ -140,3 +140,17 @@ def test_the_abstainer_reported_is_chosen_on_selection_coverage_then_accuracy() 
     assert Q.choose_abstainer([*rows(wide, 8, 6), *rows(narrow, 6, 6)]) == wide
     assert Q.choose_abstainer([*rows(wide, 8, 6), *rows(narrow, 9, 8)]) == narrow
     assert Q.choose_abstainer([*rows(wide, 5, 5), *rows(narrow, 6, 6)]) == narrow  # none covers
+
+
+def test_a_benchmark_refuses_a_busy_machine_unless_forced(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import types
+
+    import _sections
+
+    monkeypatch.setattr(_sections, "os", types.SimpleNamespace(getloadavg=lambda: (1.2, 0, 0)))
+    assert _sections.quiet_load(False, 1.0) is None
+    assert "1.20 >= 1: the machine is not quiet" in capsys.readouterr().err
+    assert _sections.quiet_load(True, 1.0) == 1.2  # forced: run, and the record says so
+    assert _sections.quiet_load(False, 1.5) == 1.2
