@@ -75,6 +75,11 @@ class HTTPRunner:
             if exc.status_code in (422, 500):
                 return Reply(seconds=time.monotonic() - t0, failed=_message(exc))
             raise EvalError(f"{api_base(self.base_url)}: {exc}") from exc
+        except openai.APIConnectionError as exc:  # refused, unreachable, or timed out
+            raise EvalError(
+                f"{api_base(self.base_url)} cannot be reached ({exc}): is microagent serve "
+                "running there? The journal keeps every reply that finished; rerun to resume."
+            ) from exc
         seconds = time.monotonic() - t0
         collab = (response.model_extra or {}).get("collaboration")
         if not isinstance(collab, Mapping):

@@ -9,9 +9,19 @@ refusal in the report, not a crash.
 from __future__ import annotations
 
 import json
+import socket
+from pathlib import Path
 
 import anyio
-from microagent.evaluation import BUILTIN, EvalReport, HTTPRunner, evaluate, parse_items
+import pytest
+from microagent.evaluation import (
+    BUILTIN,
+    EvalError,
+    EvalReport,
+    HTTPRunner,
+    evaluate,
+    parse_items,
+)
 from test_server_helpers import live_server, scripted
 
 ITEMS = "\n".join(
@@ -53,3 +63,23 @@ def test_eval_over_http_reads_answers_usage_and_refusals() -> None:
     assert all(r["refused"] and "calculator" in r["refused"] for r in compute)
     assert by_name["compute"].refused == by_name["compute"].n
     assert by_name["compute"].answered == 0
+
+
+def test_an_unreachable_server_is_an_eval_error_that_names_it(tmp_path: Path) -> None:
+    """A refused connection is an EvalError naming the endpoint, not the SDK's own
+    exception, and the journal keeps what finished (nothing here)."""
+    with socket.socket() as sock:  # a port nothing listens on once this closes
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    runner = HTTPRunner(f"http://127.0.0.1:{port}", model="scripted")
+
+    async def go() -> EvalReport:
+        try:
+            return await evaluate(
+                parse_items(ITEMS), [], runner, journal=tmp_path / "j.jsonl", progress=None
+            )
+        finally:
+            await runner.aclose()
+
+    with pytest.raises(EvalError, match=rf"127\.0\.0\.1:{port}/v1 cannot be reached"):
+        anyio.run(go)
