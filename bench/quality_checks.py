@@ -87,6 +87,7 @@ from microagent.evaluation import (
     evaluate,
     holm,
     paired_difference_interval,
+    wilson,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -365,7 +366,23 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
             "measured": replay.get("measured", "not run"),
             "met": bool(replay.get("identical")),
         },
+        _rerun_target(data.get("rerun")),
     ]
+
+
+def _rerun_target(rerun: dict[str, Any] | None) -> dict[str, Any]:
+    target = (
+        "a fresh rerun (new journal) of greedy and the published configuration lands "
+        "inside the recorded 95 % intervals on every family"
+    )
+    if not rerun:
+        return {"target": target, "measured": "not run", "met": False}
+    outside = [f"{c['config']}/{c['family']}" for c in rerun["cells"] if not c["inside"]]
+    inside = len(rerun["cells"]) - len(outside)
+    measured = f"{inside} of {len(rerun['cells'])} inside" + (
+        f" (outside: {', '.join(outside)})" if outside else ""
+    )
+    return {"target": target, "measured": measured, "met": rerun["all_inside"]}
 
 
 def tables(data: dict[str, Any]) -> str:
@@ -470,6 +487,57 @@ async def run(args: argparse.Namespace, journal: Path) -> dict[str, Any]:
     }
 
 
+async def rerun(args: argparse.Namespace, data: dict[str, Any], journal: Path) -> dict[str, Any]:
+    """A fresh run of greedy and the published configuration on the report part (a new
+    journal, nothing reused), and whether each family's accuracy lands inside the
+    recorded run's 95 % Wilson interval."""
+    from microagent.engine_bridge import VLLMBridge
+
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = SETTINGS["kv_cache_gib"]
+    todo = [i for i in items(args.items, args.select) if i.part == "report"]
+    chosen = data["published"]["name"]
+    published = [c for c in candidates() if c.name == chosen]
+    bridge = VLLMBridge(
+        "default",
+        max_num_batched_tokens=SETTINGS["max_num_batched_tokens"],
+        max_num_seqs=SETTINGS["max_num_seqs"],
+        max_model_len=SETTINGS["max_model_len"],
+        progress=False,
+    )
+    async with bridge:
+        again = await evaluate(
+            todo,
+            published,
+            BridgeRunner(bridge),
+            max_tokens=MAX_TOKENS,
+            journal=journal,
+            concurrency=CONCURRENCY,
+            max_token_ratio=TOKEN_BUDGET,
+        )
+    recorded = {(r["config"], r["family"]): r for r in data["families"]}
+    cells = []
+    for config in dict.fromkeys(["greedy", chosen]):
+        for family in FAMILIES:
+            mine = [r for r in again.rows if r["config"] == config and r["family"] == family]
+            if not mine or (config, family) not in recorded:
+                continue
+            before = recorded[(config, family)]
+            right = round(before["accuracy"] * before["n"])
+            low, high = wilson(right, before["n"])
+            now = sum(bool(r["correct"]) for r in mine) / len(mine)
+            cells.append(
+                {
+                    "config": config,
+                    "family": family,
+                    "recorded": before["accuracy"],
+                    "interval": [low, high],
+                    "rerun": now,
+                    "inside": low <= now <= high,
+                }
+            )
+    return {"cells": cells, "all_inside": all(c["inside"] for c in cells)}
+
+
 def choose_published(chosen_on: EvalReport) -> Choice:
     """``evaluate``'s rule on the selection part among the candidates (the abstainers,
     which answer "no confident answer", are not publishable: their own choice is
@@ -481,7 +549,8 @@ def choose_published(chosen_on: EvalReport) -> Choice:
 def family_report(results: Path = RESULTS, stem: str = "quality_checks") -> FamilyReport:
     """The quality-checks page and its headline row, from the JSON."""
     data = json.loads((results / f"{stem}.json").read_text())
-    beat, worst, tokens, abstain, replay = data["targets"]
+    beat, worst, tokens, abstain, replay, again = data["targets"]
+    rerun_journal = [f"{stem}_rerun_journal.jsonl"] if data.get("rerun") else []
     return FamilyReport(
         family="quality_checks",
         title="Quality through microagent eval on frozen families (issue 40)",
@@ -498,12 +567,20 @@ def family_report(results: Path = RESULTS, stem: str = "quality_checks") -> Fami
             f"Nine frozen families through `microagent eval`, chosen on other draws of the same "
             f"generators. Beats greedy on: {beat['measured']}. Worst interval: "
             f"{worst['measured']}. Tokens: {tokens['measured']}. Abstention: "
-            f"{abstain['measured']}. Replay: {replay['measured']}."
+            f"{abstain['measured']}. Replay: {replay['measured']}. Fresh rerun: "
+            f"{again['measured']}."
         ),
         page=page(
             "Quality through microagent eval (`bench/quality_checks.py`)",
             __doc__,
-            [("Results", tables(data) + "\n" + data_line(f"{stem}.json", f"{stem}_journal.jsonl"))],
+            [
+                (
+                    "Results",
+                    tables(data)
+                    + "\n"
+                    + data_line(f"{stem}.json", f"{stem}_journal.jsonl", *rerun_journal),
+                )
+            ],
         ),
     )
 
@@ -516,11 +593,24 @@ def main() -> int:
     ap.add_argument("--force", action="store_true", help="run even on a busy machine")
     ap.add_argument("--report-only", action="store_true", help="targets and tables from the JSON")
     ap.add_argument("--update", action="store_true", help="rewrite the family page and row")
+    ap.add_argument(
+        "--rerun",
+        action="store_true",
+        help="rerun greedy and the published configuration on the report part afresh (a new "
+        "journal) and check them against the recorded intervals",
+    )
     args = ap.parse_args()
     path = RESULTS / f"{args.out}.json"
     journal = RESULTS / f"{args.out}_journal.jsonl"
     if args.report_only:
         data = json.loads(path.read_text())
+    elif args.rerun:
+        data = json.loads(path.read_text())
+        if quiet_load(args.force, 1.0) is None:
+            return 2
+        fresh = RESULTS / f"{args.out}_rerun_journal.jsonl"
+        fresh.unlink(missing_ok=True)  # a fresh run: nothing reused
+        data["rerun"] = asyncio.run(rerun(args, data, fresh))
     else:
         load = quiet_load(args.force, 1.0)
         if load is None:

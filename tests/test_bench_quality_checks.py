@@ -93,9 +93,10 @@ def _data(lift: int, abstain_right: bool, n: int = 40) -> dict[str, Any]:
 def test_a_large_lift_on_two_families_meets_the_target_and_a_small_one_does_not() -> None:
     data = _data(lift=15, abstain_right=True)
     data["families"] = Q.family_rows(data)
-    beat, worst, tokens, _, replay = Q.targets(data)
+    beat, worst, tokens, _, replay, again = Q.targets(data)
     assert beat["met"] and "steps" in beat["measured"] and "factor" in beat["measured"]
     assert worst["met"] and tokens["met"] and replay["met"]
+    assert not again["met"] and again["measured"] == "not run"
     steps = next(r for r in data["families"] if r["config"] == "compute" and r["family"] == "steps")
     assert steps["difference"] == pytest.approx(15 / 40)
     assert steps["p_holm"] >= steps["p"]
@@ -154,3 +155,17 @@ def test_a_benchmark_refuses_a_busy_machine_unless_forced(
     assert "1.20 >= 1: the machine is not quiet" in capsys.readouterr().err
     assert _sections.quiet_load(True, 1.0) == 1.2  # forced: run, and the record says so
     assert _sections.quiet_load(False, 1.5) == 1.2
+
+
+def test_a_fresh_rerun_is_judged_by_whether_every_cell_lands_inside_its_interval() -> None:
+    cells = [
+        {"config": "greedy", "family": "steps", "inside": True},
+        {"config": "compute", "family": "factor", "inside": False},
+    ]
+    data = _data(lift=15, abstain_right=True)
+    data["families"] = Q.family_rows(data)
+    data["rerun"] = {"cells": cells, "all_inside": False}
+    again = Q.targets(data)[5]
+    assert not again["met"] and again["measured"] == "1 of 2 inside (outside: compute/factor)"
+    data["rerun"] = {"cells": cells[:1], "all_inside": True}
+    assert Q.targets(data)[5]["met"]
