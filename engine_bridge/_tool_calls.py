@@ -32,6 +32,7 @@ from ._errors import RequestRefused
 from ._tool_formats import (
     HERMES,
     ToolFormat,
+    array_items,
     json_body,
     json_call_text,
     json_calls,
@@ -308,21 +309,10 @@ def _skeleton(node: object) -> tuple[int, int]:
 
 def _whole_items(text: str) -> list[Mapping[str, Any]]:
     """The objects a cut JSON array (or a lone object) completed before it was cut."""
-    decoder = json.JSONDecoder()
     at = len(text) - len(text.lstrip())
     if not text.startswith("[", at):
         return []
-    at += 1
-    items: list[Mapping[str, Any]] = []
-    while True:
-        while at < len(text) and text[at] in " \t\r\n,":
-            at += 1
-        try:
-            value, at = decoder.raw_decode(text, at)
-        except ValueError:
-            return items
-        if isinstance(value, dict):
-            items.append(value)
+    return [value for value in array_items(text, at + 1) if isinstance(value, dict)]
 
 
 def _unique(items: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

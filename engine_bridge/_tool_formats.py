@@ -124,7 +124,7 @@ def json_calls(body: str) -> list[Mapping[str, Any]]:
             value, at = decoder.raw_decode(body, at)
         except ValueError:
             if body.startswith("[", at):  # a cut array: the objects it completed
-                found.extend(_array_items(body, at + 1, decoder))
+                found.extend(array_items(body, at + 1))
             break
         if isinstance(value, list):
             found.extend(value)
@@ -141,7 +141,10 @@ def json_calls(body: str) -> list[Mapping[str, Any]]:
     return calls
 
 
-def _array_items(body: str, at: int, decoder: json.JSONDecoder) -> list[object]:
+def array_items(body: str, at: int) -> list[object]:
+    """The whole JSON values of the array whose first item starts at ``at`` (just past its
+    ``[``), up to the end or the first value cut short: what a cut array completed."""
+    decoder = json.JSONDecoder()
     items: list[object] = []
     while True:
         while at < len(body) and body[at] in " \t\r\n,":
