@@ -59,16 +59,20 @@ def scheduler_args() -> list[str]:
     ]
 
 
-def make_bridge() -> RecordingBridge:
+def bridge_arguments() -> dict[str, Any]:
+    """``SETTINGS`` as ``VLLMBridge`` keyword arguments; the KV cache size goes in the
+    environment, where vLLM's CPU backend reads it."""
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = SETTINGS["kv_cache_gib"]
-    return RecordingBridge(
-        "default",
-        served_name=SERVED_NAME,
-        max_num_batched_tokens=SETTINGS["max_num_batched_tokens"],
-        max_num_seqs=SETTINGS["max_num_seqs"],
-        max_model_len=SETTINGS["max_model_len"],
-        progress=False,
-    )
+    return {
+        "max_num_batched_tokens": SETTINGS["max_num_batched_tokens"],
+        "max_num_seqs": SETTINGS["max_num_seqs"],
+        "max_model_len": SETTINGS["max_model_len"],
+        "progress": False,
+    }
+
+
+def make_bridge() -> RecordingBridge:
+    return RecordingBridge("default", served_name=SERVED_NAME, **bridge_arguments())
 
 
 class Server(VLLMServer):

@@ -60,7 +60,7 @@ import _quality_report_checks as C
 import _quality_report_families as F
 import attrs
 from _accuracy_tasks import Item
-from _collab_engines import SETTINGS
+from _collab_engines import SETTINGS, bridge_arguments
 from _sections import (
     FamilyReport,
     Headline,
@@ -429,18 +429,9 @@ async def run(args: argparse.Namespace, journal: Path) -> dict[str, Any]:
        the report;
     3. greedy and the chosen abstainer on every item: the abstention cell.
     """
-    from microagent.engine_bridge import VLLMBridge
-
-    os.environ["VLLM_CPU_KVCACHE_SPACE"] = SETTINGS["kv_cache_gib"]
     todo = items(args.items, args.select)
     selection = [i for i in todo if i.part == "selection"]
-    bridge = VLLMBridge(
-        "default",
-        max_num_batched_tokens=SETTINGS["max_num_batched_tokens"],
-        max_num_seqs=SETTINGS["max_num_seqs"],
-        max_model_len=SETTINGS["max_model_len"],
-        progress=False,
-    )
+    bridge = _bridge()
     options: dict[str, Any] = {
         "max_tokens": MAX_TOKENS,
         "journal": journal,
@@ -456,12 +447,11 @@ async def run(args: argparse.Namespace, journal: Path) -> dict[str, Any]:
 
     async with bridge:
         runner = BridgeRunner(bridge)
-        chosen_on = await stage("selection", selection, [*candidates(), *abstainers()])
-        by_name = {c.name: c for c in (*candidates(), *abstainers())}
-        selection_rows = list(chosen_on.rows)
+        tried = {c.name: c for c in (*candidates(), *abstainers())}
+        chosen_on = await stage("selection", selection, list(tried.values()))
         choice = choose_published(chosen_on)
-        published = [c for c in candidates() if c.name == choice.name]
-        abstainer = by_name[choose_abstainer(selection_rows)]
+        published = [tried[choice.name]] if choice.name in tried else []  # greedy: none
+        abstainer = tried[choose_abstainer(list(chosen_on.rows))]
         report = await stage("report", todo, published)
         abstention = await stage("abstention", todo, [abstainer])
     replays = [
@@ -491,19 +481,10 @@ async def rerun(args: argparse.Namespace, data: dict[str, Any], journal: Path) -
     """A fresh run of greedy and the published configuration on the report part (a new
     journal, nothing reused), and whether each family's accuracy lands inside the
     recorded run's 95 % Wilson interval."""
-    from microagent.engine_bridge import VLLMBridge
-
-    os.environ["VLLM_CPU_KVCACHE_SPACE"] = SETTINGS["kv_cache_gib"]
     todo = [i for i in items(args.items, args.select) if i.part == "report"]
     chosen = data["published"]["name"]
     published = [c for c in candidates() if c.name == chosen]
-    bridge = VLLMBridge(
-        "default",
-        max_num_batched_tokens=SETTINGS["max_num_batched_tokens"],
-        max_num_seqs=SETTINGS["max_num_seqs"],
-        max_model_len=SETTINGS["max_model_len"],
-        progress=False,
-    )
+    bridge = _bridge()
     async with bridge:
         again = await evaluate(
             todo,
@@ -536,6 +517,14 @@ async def rerun(args: argparse.Namespace, data: dict[str, Any], journal: Path) -
                 }
             )
     return {"cells": cells, "all_inside": all(c["inside"] for c in cells)}
+
+
+def _bridge() -> Any:
+    """The default model on one in-process engine with the bench settings (a plain
+    ``VLLMBridge``: no generation is kept, and the runner's label is the model's)."""
+    from microagent.engine_bridge import VLLMBridge
+
+    return VLLMBridge("default", **bridge_arguments())
 
 
 def choose_published(chosen_on: EvalReport) -> Choice:
