@@ -15,6 +15,7 @@ of stated numbers (or of a small constant) from a right one.
 from __future__ import annotations
 
 import ast
+import math
 import re
 from collections.abc import Iterable, Sequence
 
@@ -134,7 +135,8 @@ def grounded_expression_regex(question: str, max_operands: int = 8) -> str | Non
     # whose factor everyone knows): offered beside stated ones, a small model picks them
     # ("10 + 2 * 3") over the question's own
     usable = stated if len(stated) >= 2 else stated | SMALL_CONSTANTS
-    numbers = sorted({_written(v) for v in usable})
+    # a number too long for a float reads as inf, which the calculator has no name for
+    numbers = sorted({_written(v) for v in usable if math.isfinite(v)})
     if len(numbers) > MAX_GROUNDED_OPERANDS:
         return None
     number = "(?:" + "|".join(re.escape(n) for n in sorted(numbers, key=len, reverse=True)) + ")"

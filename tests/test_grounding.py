@@ -85,6 +85,11 @@ def test_a_grounded_expression_combines_only_the_questions_numbers() -> None:
     assert re.fullmatch(one, "6 * 60") and not re.fullmatch(one, "6 * 61")
 
 
+def test_a_number_too_long_for_a_float_is_no_operand() -> None:
+    regex = grounded_expression_regex("What is " + "9" * 5000 + " times 3.25 and 4?") or ""
+    assert "inf" not in regex and re.fullmatch(regex, "3.25 * 4")
+
+
 def test_a_question_with_too_many_numbers_keeps_the_plain_language() -> None:
     many = " ".join(str(1000 + i) for i in range(MAX_GROUNDED_OPERANDS + 1))
     assert grounded_expression_regex(many) is None
