@@ -8,7 +8,9 @@ client's code (200) on a server that had not allowed it.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -88,7 +90,7 @@ def test_the_openapi_document_lists_exactly_the_places_tested_here() -> None:
 
 @pytest.fixture(scope="module")
 def default_server() -> Iterator[LiveServer]:
-    with live_server(scripted()) as srv:
+    with live_server(scripted(), watch_health=True) as srv:
         yield srv
 
 
@@ -127,7 +129,9 @@ def test_with_the_flag_a_graph_edge_validator_runs_in_the_sandbox() -> None:
     passing = {"type": "python_tests", "tests": "assert add(2, 3) == 5"}
     failing = {"type": "python_tests", "tests": "assert add(2, 2) == 5"}
     edge = GRAPH["edges"][0]
-    with live_server(scripted(script=lambda ids, request: code), limits=limits) as srv:
+    with live_server(
+        scripted(script=lambda ids, request: code), limits=limits, watch_health=True
+    ) as srv:
         r = _post(srv, {**GRAPH, "edges": [{**edge, "when": {"validator": failing}}]}, 64)
         assert r.status_code == 422, r.text
         assert "'reviewer' was pruned" in r.json()["error"]["message"]
@@ -160,3 +164,60 @@ async def test_the_gate_holds_where_code_runs_too() -> None:
             await calculate("1 + 1")
     assert not verdict.ok and "disabled" in verdict.message
     assert (await run_validator(check, "```python\nx = 1\n```")).ok
+
+
+def test_an_attackers_tests_over_http_change_nothing_and_read_nothing(tmp_path: Path) -> None:
+    """Issue 36's escape as a client sends it, on a server that allows code validators:
+    the tests remount ``/`` read-write, write into a host directory, read a host secret
+    into the verdict (and print it, as the old sandbox returned stderr's last line) and
+    dial a host UNIX socket; top level and on a graph edge. The host is untouched, the
+    secret is in no response, the listener gets no connection."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host-secret-7f3a")
+    target = tmp_path / "escaped"
+    sock_path = tmp_path / "host.sock"
+    attack = (
+        "import ctypes, socket, sys\n"
+        "ctypes.CDLL(None, use_errno=True).mount(None, b'/', None, 32 | 4096, None)\n"
+        "try:\n"
+        f"    open({str(target)!r}, 'w').write('x')\n"
+        "except OSError:\n"
+        "    pass\n"
+        "try:\n"
+        f"    s = socket.socket(socket.AF_UNIX); s.connect({str(sock_path)!r}); s.send(b'hi')\n"
+        "except OSError:\n"
+        "    pass\n"
+        "try:\n"
+        f"    data = open({str(secret)!r}).read()\n"
+        "except OSError as exc:\n"
+        "    data = repr(exc)\n"
+        "print(data, file=sys.stderr)\n"
+        "assert False, data\n"
+    )
+    validator = {"type": "python_tests", "tests": attack}
+    code = "```python\ndef add(a, b):\n    return a + b\n```"
+    edge = GRAPH["edges"][0]
+    limits = ServerLimits(allow_code_validators=True)
+    with (
+        socket.socket(socket.AF_UNIX) as listener,
+        live_server(
+            scripted(script=lambda ids, request: code), limits=limits, watch_health=True
+        ) as srv,
+    ):
+        listener.bind(str(sock_path))
+        listener.listen()
+        listener.setblocking(False)
+        top = _post(srv, {"mode": "reflect", "validator": validator, "rounds": 1}, 64)
+        assert top.status_code == 200, top.text
+        message = top.json()["collaboration"]["details"]["validator_message"]
+        # the verdict is the assertion's own message: the read failed inside
+        assert "tests failed" in message and "No such file" in message, message
+        graph = {**GRAPH, "edges": [{**edge, "when": {"validator": validator}}]}
+        pruned = _post(srv, graph, 64)
+        assert pruned.status_code == 422, pruned.text  # the edge's tests failed
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    for response in (top, pruned):
+        assert "host-secret-7f3a" not in response.text
+    assert not target.exists()
+    assert secret.read_text() == "host-secret-7f3a"

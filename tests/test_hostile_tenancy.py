@@ -195,26 +195,29 @@ def test_the_session_cap_releases_a_turn_on_its_own_engine() -> None:
     new turn ends the other engine's retention (it used to release it on the current
     request's engine, where it does not exist: 3 live retentions against a cap of 1)."""
 
-    async def scenario() -> None:
+    def make() -> Mapping[str, EngineBridge]:
         a = ScriptedEngine(model="a", retention_budget=0.5)
-        b = ScriptedEngine(model="b", retention_budget=0.5)
-        app = create_app({"a": a, "b": b}, sessions=SessionSettings(max_per_key=1))
-        async with opened([a, b]), asgi_client(app) as client:
-            for turn in range(4):
-                model = "ab"[turn % 2]
-                body = {
-                    "model": model,
-                    "messages": [{"role": "user", "content": f"conversation {turn} {WORDS}"}],
-                    "max_tokens": 4,
-                    "prompt_cache_key": "s",
-                }
-                r = await client.post("/v1/chat/completions", json=body)
-                assert r.status_code == 200, r.text
-                live = (await a.retention_stats()).entries + (await b.retention_stats()).entries
-                assert live == 1, (turn, live)
-                assert (await (a if model == "a" else b).retention_stats()).entries == 1
+        return {"a": a, "b": ScriptedEngine(model="b", retention_budget=0.5)}
 
-    anyio.run(scenario)
+    sessions = SessionSettings(max_per_key=1)
+    with live_server(make, sessions=sessions, watch_health=True) as srv:
+
+        def entries(model: str) -> int:
+            stats = srv.portal.call(srv.engines[model].retention_stats)
+            return int(stats.entries)
+
+        for turn in range(4):
+            model = "ab"[turn % 2]
+            body = {
+                "model": model,
+                "messages": [{"role": "user", "content": f"conversation {turn} {WORDS}"}],
+                "max_tokens": 4,
+                "prompt_cache_key": "s",
+            }
+            r = httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=30)
+            assert r.status_code == 200, r.text
+            assert entries("a") + entries("b") == 1, turn
+            assert entries(model) == 1
 
 
 def test_gap_series_stay_bounded_under_many_distinct_cache_keys() -> None:
@@ -251,32 +254,30 @@ def test_gap_series_stay_bounded_under_many_distinct_cache_keys() -> None:
 def test_one_keys_sessions_hold_at_most_its_share_of_the_retention_budget() -> None:
     """Key A opens many warm sessions: together they hold at most half the budget (the
     default share), so key B's session still finds room."""
+    make = scripted(num_blocks=64, retention_budget=0.5)
+    with live_server(make, api_key=list(TENANTS), watch_health=True) as srv:
+        engine = srv.engines["scripted"]
 
-    async def scenario() -> None:
-        engine = ScriptedEngine(num_blocks=64, retention_budget=0.5)
-        app = create_app({"scripted": engine}, api_key=list(TENANTS))
-        async with opened([engine]), asgi_client(app) as client:
+        def session(key: str, i: int) -> None:
+            body = {
+                "messages": [{"role": "user", "content": f"session {i} {WORDS}"}],
+                "max_tokens": 6,
+                "prompt_cache_key": f"s{i}",
+            }
+            r = httpx.post(
+                f"{srv.url}/v1/chat/completions", json=body, headers=bearer(key), timeout=30
+            )
+            assert r.status_code == 200, r.text
 
-            async def session(key: str, i: int) -> None:
-                body = {
-                    "messages": [{"role": "user", "content": f"session {i} {WORDS}"}],
-                    "max_tokens": 6,
-                    "prompt_cache_key": f"s{i}",
-                }
-                r = await client.post("/v1/chat/completions", json=body, headers=bearer(key))
-                assert r.status_code == 200, r.text
-
-            for i in range(8):
-                await session(TENANTS[0], i)
-            stats = await engine.retention_stats()
-            share = stats.budget_blocks // 2
-            assert stats.entries >= 2 and 0 < stats.retained_blocks <= share, stats
-            before = stats.retained_blocks
-            await session(TENANTS[1], 100)
-            after = await engine.retention_stats()
-            assert after.retained_blocks > before  # B's turn got room beside A's share
-
-    anyio.run(scenario)
+        for i in range(8):
+            session(TENANTS[0], i)
+        stats = srv.portal.call(engine.retention_stats)
+        share = stats.budget_blocks // 2
+        assert stats.entries >= 2 and 0 < stats.retained_blocks <= share, stats
+        before = stats.retained_blocks
+        session(TENANTS[1], 100)
+        after = srv.portal.call(engine.retention_stats)
+        assert after.retained_blocks > before  # B's turn got room beside A's share
 
 
 # -- remote models: the tenant's salt, or no cached count ------------------------------------
@@ -328,7 +329,7 @@ def test_serve_sends_the_salt_to_a_remote_named_by_remote_cache_salt() -> None:
 def test_an_abandoned_json_request_is_charged_what_it_used_not_its_worst_case() -> None:
     limits = ServerLimits(key_quota=KeyQuota(tokens_per_minute=100_000))
     slow = scripted(decode_time_per_token=0.05)
-    with live_server(slow, api_key=TENANTS[0], limits=limits) as srv:
+    with live_server(slow, api_key=TENANTS[0], limits=limits, watch_health=True) as srv:
         engine = srv.engines["scripted"]
         tenant = key_id(TENANTS[0])
         quotas = srv.state.quotas
@@ -471,7 +472,7 @@ def test_a_crashed_mcp_server_is_restarted_and_health_says_degraded_meanwhile(
     pid_file = tmp_path / "mcp.pid"
     script = Path(__file__).parent / "_mcp_server.py"
     calc = McpServer(sys.executable, (str(script),), env={"MCP_PID_FILE": str(pid_file)})
-    with live_server(scripted(), mcp_servers={"calc": calc}) as srv:
+    with live_server(scripted(), mcp_servers={"calc": calc}, watch_health=True) as srv:
         health = f"{srv.url}/health"
         assert httpx.get(health).json()["status"] == "ok"
         first = int(pid_file.read_text())

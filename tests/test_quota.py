@@ -151,7 +151,9 @@ def _post(srv: LiveServer, body: dict[str, Any], key: str) -> httpx.Response:
 def test_a_key_at_its_concurrency_limit_gets_429_while_another_key_is_served() -> None:
     limits = ServerLimits(key_quota=KeyQuota(max_concurrent=1))
     slow = scripted(decode_time_per_token=0.05)
-    with live_server(slow, api_key=list(KEYS), admin_key="ops-s3cret", limits=limits) as srv:
+    with live_server(
+        slow, api_key=list(KEYS), admin_key="ops-s3cret", limits=limits, watch_health=True
+    ) as srv:
 
         async def scenario() -> None:
             headers = {"authorization": f"Bearer {KEYS[0]}"}
@@ -199,7 +201,7 @@ async def client_post(url: str, key: str) -> httpx.Response:
 
 def test_tokens_per_minute_give_429_with_retry_after_and_a_400_for_the_impossible() -> None:
     limits = ServerLimits(key_quota=KeyQuota(tokens_per_minute=300))
-    with live_server(scripted(), api_key=list(KEYS), limits=limits) as srv:
+    with live_server(scripted(), api_key=list(KEYS), limits=limits, watch_health=True) as srv:
         first = _post(srv, {"messages": USER, "max_tokens": 100}, KEYS[0])
         assert first.status_code == 200, first.text
         used = first.json()["usage"]["total_tokens"]
@@ -217,7 +219,7 @@ def test_tokens_per_minute_give_429_with_retry_after_and_a_400_for_the_impossibl
 
 def test_a_collaboration_whose_worst_case_is_over_the_budget_gets_400_before_it_runs() -> None:
     limits = ServerLimits(max_collaboration_tokens=100)
-    with live_server(scripted(), limits=limits) as srv:
+    with live_server(scripted(), limits=limits, watch_health=True) as srv:
         big = {
             "messages": USER,
             "max_tokens": 32,
@@ -255,13 +257,16 @@ def test_a_mode_with_no_bound_is_stopped_before_a_turn_that_would_cross_the_budg
             "output": "c",
         },
     }
-    with live_server(scripted()) as srv:  # within the default budget: what each turn reads
+    # within the default budget: what each turn reads
+    with live_server(scripted(), watch_health=True) as srv:
         r = httpx.post(f"{srv.url}/v1/chat/completions", json=graph, timeout=30)
         assert r.status_code == 200, r.text
         sizes = [len(q.prompt) + q.sampling.max_tokens for q in srv.engines["scripted"].history]
     assert len(sizes) == 3
     budget = sizes[0] + sizes[1]  # the budget counts prompt and completion tokens
-    with live_server(scripted(), limits=ServerLimits(max_collaboration_tokens=budget)) as srv:
+    with live_server(
+        scripted(), limits=ServerLimits(max_collaboration_tokens=budget), watch_health=True
+    ) as srv:
         r = httpx.post(f"{srv.url}/v1/chat/completions", json=graph, timeout=30)
         assert r.status_code == 400, r.text
         error = r.json()["error"]
@@ -344,7 +349,7 @@ def test_a_stream_is_settled_with_what_it_used_not_its_worst_case(collaboration:
     body: dict[str, Any] = {"messages": USER, "max_tokens": 400, "temperature": 0.0}
     if collaboration:
         body |= {"agents": [{"name": "voter", "count": 3}], "collaboration": {"mode": "vote"}}
-    with live_server(scripted(), api_key=list(KEYS), limits=limits) as srv:
+    with live_server(scripted(), api_key=list(KEYS), limits=limits, watch_health=True) as srv:
         quotas = srv.state.quotas
         plain = _post(srv, body, KEYS[0])
         assert plain.status_code == 200, plain.text

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import anyio
 import anyio.from_thread
 import httpx
+import pytest
 import uvicorn
 from microagent.collab import Tool
 from microagent.collab.trace import OtlpTracing
@@ -41,6 +45,7 @@ class LiveServer:
         self.url = f"http://127.0.0.1:{port}"
         self.headers = {}
         self.admin_headers = {}
+        self.health_latencies = []
 
     @property
     def state(self) -> Any:
@@ -62,6 +67,55 @@ class LiveServer:
     headers: dict[str, str]
     #: what reads /metrics: the admin key when the server has one
     admin_headers: dict[str, str]
+    #: with ``live_server(watch_health=True)``: each ``GET /health``'s latency, in seconds
+    #: (filled when the server's block ends)
+    health_latencies: list[float]
+
+
+#: the most a ``GET /health`` may take while a hostile request runs (issue 36's acceptance)
+HEALTH_BOUND_S = 1.0
+
+#: polls ``GET <argv[1]>`` every 250 ms until its stdin closes, printing each status and
+#: latency
+_POLLER = """
+import sys, threading, time, httpx
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+with httpx.Client(timeout=120) as client:
+    while not stop.is_set():
+        start = time.monotonic()
+        status = client.get(sys.argv[1]).status_code
+        print(status, time.monotonic() - start, flush=True)
+        stop.wait(0.25)
+"""
+
+
+@contextlib.contextmanager
+def health_watch(url: str) -> Iterator[list[float]]:
+    """Poll ``url``'s ``/health`` every 250 ms from another process while the block runs.
+
+    A process of its own: a request that holds the GIL (a backtracking match, a huge
+    integer) would freeze a poller thread of the server's process too. The poller has
+    answered once before the block starts. When the block ends without an exception,
+    every answer must have been a 200 within ``HEALTH_BOUND_S``; the yielded list holds
+    the latencies then."""
+    latencies: list[float] = []
+    with subprocess.Popen(
+        [sys.executable, "-c", _POLLER, f"{url}/health"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as poller:
+        assert poller.stdin is not None and poller.stdout is not None
+        first = poller.stdout.readline()  # it polls: the block starts beside it
+        try:
+            yield latencies
+        finally:
+            out, _ = poller.communicate("", timeout=30)
+            answers = [line.split() for line in (first + out).splitlines()]
+            latencies.extend(float(took) for _, took in answers)
+    assert answers and all(status == "200" for status, _ in answers), answers
+    assert max(latencies) < HEALTH_BOUND_S, latencies
 
 
 @contextlib.contextmanager
@@ -79,10 +133,13 @@ def live_server(
     tracing: OtlpTracing | None = None,
     send_buffer: int | None = None,
     presets: Mapping[str, Any] | None = None,
+    watch_health: bool = False,
 ) -> Iterator[LiveServer]:
     """Serve ``make_engines()`` on 127.0.0.1 until the block ends (``send_buffer``: the
     connections' ``SO_SNDBUF``, so a client that stops reading stalls the server soon;
-    ``presets``: collaborations served by name, as ``serve --preset``)."""
+    ``presets``: collaborations served by name, as ``serve --preset``; ``watch_health``:
+    a ``health_watch`` runs for the whole block, so every ``GET /health`` meanwhile must
+    answer 200 within ``HEALTH_BOUND_S``, the acceptance of every hostile request)."""
     with contextlib.ExitStack() as stack:
         if portal is None:
             portal = stack.enter_context(anyio.from_thread.start_blocking_portal("asyncio"))
@@ -122,7 +179,11 @@ def live_server(
                 live.headers = {"authorization": f"Bearer {api_key}"}
             if admin_key is not None:
                 live.admin_headers = {"authorization": f"Bearer {admin_key}"}
-            yield live
+            if watch_health:
+                with health_watch(live.url) as live.health_latencies:
+                    yield live
+            else:
+                yield live
         finally:
             server.should_exit = True
             future.result(timeout=30)
@@ -161,3 +222,22 @@ def test_live_server_serves_health_and_models() -> None:
         models = httpx.get(f"{srv.url}/v1/models").json()
         assert [m["id"] for m in models["data"]] == ["scripted"]
         assert srv.metric("microagent:engine_requests_running") == 0
+
+
+def test_the_health_watch_fails_when_the_servers_loop_freezes() -> None:
+    """The watch the hostile tests rely on can fail: a loop blocked for 1.5 s (as a
+    backtracking match on it did) makes an answer late, and the block's end says so."""
+
+    async def freeze() -> None:
+        time.sleep(1.5)  # noqa: ASYNC251  # it blocks the server's loop, as a match on it did
+
+    with (
+        pytest.raises(AssertionError) as info,
+        live_server(scripted(), watch_health=True) as srv,
+    ):
+        srv.portal.call(freeze)
+        assert httpx.get(f"{srv.url}/health").status_code == 200
+    assert max(srv.health_latencies) >= HEALTH_BOUND_S, info.value
+    with live_server(scripted(), watch_health=True) as srv:  # the control: no freeze
+        assert httpx.get(f"{srv.url}/health").status_code == 200
+    assert srv.health_latencies and max(srv.health_latencies) < HEALTH_BOUND_S
