@@ -83,7 +83,8 @@ def _graph_properties(schema: dict[str, Any]) -> None:
         "best_of: validator, judge [auto|self|likelihood|off], "
         "judge_instructions, answer_tokens, wave, adaptive (with judge likelihood); "
         "compute (with serve --calculator): expression_tokens, steps, verify, fallback; "
-        "auto: validator, calculator (with serve --calculator), logprob; "
+        "auto: validator, calculator (with serve --calculator), compute_steps, compute_verify, "
+        "logprob; "
         "graph: nodes, edges, entry, output). ``tools`` names server tools the agents may call."
     )
     schema["if"] = {

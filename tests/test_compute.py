@@ -516,6 +516,51 @@ async def test_bad_step_options_name_their_field(options: dict[str, Any], field:
     assert info.value.field == f"collaboration.{field}"
 
 
+async def test_auto_passes_steps_and_verify_to_the_compute_it_routes_to() -> None:
+    """``compute_steps`` and ``compute_verify`` are rule 0's compute ``steps`` and
+    ``verify``: the program runs a step a turn, and an invented number stands only
+    unverified."""
+    program = {"b": ["p = 3 * 4", "answer = p + 6"]}  # 6: the question states no 6
+    engine, seen = programmed(program, direct="17")
+    async with engine:
+        out = await collaborate(engine, "auto", PENS, agents("b"), calculator=True, compute_steps=2)
+    assert out.details["strategy"] == "compute"
+    assert out.details["options"] == {"steps": 2, "verify": True}
+    assert [regex is not None for _, _, regex in seen] == [True, True, False]
+    assert out.details["programs"][0]["rejected"].endswith("does not state: 6")
+    assert (out.answer, out.details["path"]) == ("17", "direct")  # greedy's call
+    engine, _ = programmed(program)
+    async with engine:
+        out = await collaborate(
+            engine,
+            "auto",
+            PENS,
+            agents("b"),
+            calculator=True,
+            compute_steps=2,
+            compute_verify=False,
+        )
+    assert (out.answer, out.details["path"]) == ("18", "computed")
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"compute_steps": 2}, "compute_steps"),  # without calculator: never ignored
+        ({"compute_verify": False}, "compute_verify"),
+        ({"calculator": True, "compute_steps": 7}, "compute_steps"),
+        ({"calculator": True, "compute_verify": "no"}, "compute_verify"),
+    ],
+)
+async def test_bad_auto_compute_options_name_their_field(
+    options: dict[str, Any], field: str
+) -> None:
+    async with ScriptedEngine() as engine:
+        with pytest.raises(InvalidCollaboration) as info:
+            await collaborate(engine, "auto", PENS, agents("b"), **options)
+    assert info.value.field == f"collaboration.{field}"
+
+
 async def test_calculate_program_evaluates_every_step_in_the_sandbox() -> None:
     assert await calculate_program(["a = 17 * 23", "b = a + 4", "c = b > 400"]) == [391, 395, 0]
     with pytest.raises(CalculationError, match="at most 6 steps"):

@@ -6,7 +6,8 @@ The rule (the first that matches; ``k`` choices, ``n`` agents):
    (``compute.calls_for_calculation``: numeric choices and a number in the
    question; or, free, two numbers, or one and a word such as "total"): the
    ``compute`` mode, program-aided: the agents write arithmetic, the sandboxed
-   calculator evaluates it. Off by default: the calculator runs code on the
+   calculator evaluates it, with ``compute_steps`` and ``compute_verify`` as its
+   ``steps`` and ``verify``. Off by default: the calculator runs code on the
    machine (over HTTP, ``serve --calculator`` allows it).
 1. ``answer.choices`` (closed choices) whose texts start with distinct tokens
    (the engine's tokenizer): the closed-choice configuration ``bench/quality.py``
@@ -50,10 +51,12 @@ from typing import Any, ClassVar
 import attrs
 
 from .._agent import Turn
+from .._arith import MAX_STEPS
 from .._code_policy import require_code
-from .._config import ModeConfig, boolean
+from .._config import ModeConfig, boolean, int_in, not_none
 from .._context import CollaborationContext
 from .._debias import LABELS
+from .._errors import InvalidCollaboration
 from .._mode import AnyOp, CollaborationOp, ModeResult
 from .._soft import SharedFirstToken, first_tokens
 from .._spec import AgentSpec
@@ -92,12 +95,18 @@ class AutoConfig(ModeConfig):
     Attributes:
         validator: a validator tool for free answers (as reflect's and best_of's).
         calculator: questions that call for a calculation run ``compute`` (rule 0).
+        compute_steps: rule 0's ``compute`` option ``steps`` (1: one expression per
+            agent; more: a program of at most this many named steps).
+        compute_verify: rule 0's ``compute`` option ``verify`` (a value that uses a
+            number the question does not state is rejected).
         logprob: a single sample (rule 5, one agent) records ``details.answer_logprob``,
             its answer's summed token log-probability (None: its model reports none).
     """
 
     validator: Validator | None = attrs.field(default=None, converter=_validator)
     calculator: bool = attrs.field(default=False, validator=boolean)
+    compute_steps: int = attrs.field(default=1, validator=[not_none, int_in(1, MAX_STEPS)])
+    compute_verify: bool = attrs.field(default=True, validator=boolean)
     logprob: bool = attrs.field(default=False, validator=boolean)
 
 
@@ -150,7 +159,11 @@ def plan(
     answer = config.answer
     if config.calculator and calculation:
         why = "the question calls for a calculation: the agents write it, the calculator runs it"
-        return Plan("compute", why, Compute(), ComputeConfig(**shared), {})
+        computed: dict[str, Any] = {
+            "steps": config.compute_steps,
+            "verify": config.compute_verify,
+        }
+        return Plan("compute", why, Compute(), ComputeConfig(**shared, **computed), computed)
     if not logprobs and answer is not None and answer.choices:
         options: dict[str, Any] = {"style": "direct", "debias": "order"}
         why = "closed choices, an agent's model reports no logprobs: a debiased hard vote"
@@ -234,6 +247,12 @@ class Auto(CollaborationOp[AutoConfig]):
         super().validate(config, agents)
         if config.calculator:
             require_code("calculator", "collaboration.calculator")
+        else:  # compute's options without the rule that runs compute: never ignored silently
+            for name, default in (("compute_steps", 1), ("compute_verify", True)):
+                if getattr(config, name) != default:
+                    raise InvalidCollaboration(
+                        f"collaboration.{name}", "applies only with calculator: true"
+                    )
         for chosen in _every_plan(config, agents):
             if chosen.op is not None:
                 chosen.op.validate(chosen.config, agents)
