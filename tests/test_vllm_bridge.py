@@ -306,7 +306,13 @@ def test_generate_streams_deltas_and_returns_handle(real_engine: RealEngine) -> 
     assert r.handle.token_ids == prompt.token_ids + r.output_ids
     assert r.completion_tokens == len(r.output_ids) >= 1
     assert r.prompt_tokens == len(prompt)
-    assert r.text == b.detokenize(r.output_ids)
+    # the text is the tokens' own, but for a stop token that ended it: vLLM writes no text
+    # for that one (a reply that stopped within 12 tokens ends with <|im_end|>'s id)
+    if r.finish_reason == "stop" and r.text != b.detokenize(r.output_ids):
+        assert r.text == b.detokenize(r.output_ids[:-1])
+        assert b.detokenize(r.output_ids[-1:]) in ("<|im_end|>", "<|endoftext|>")
+    else:
+        assert r.text == b.detokenize(r.output_ids)
     real_engine.assert_idle()
 
 
