@@ -248,10 +248,11 @@ class Auto(CollaborationOp[AutoConfig]):
         if config.calculator:
             require_code("calculator", "collaboration.calculator")
         else:  # compute's options without the rule that runs compute: never ignored silently
-            for name, default in (("compute_steps", 1), ("compute_verify", True)):
-                if getattr(config, name) != default:
+            fields = attrs.fields(AutoConfig)
+            for field in (fields.compute_steps, fields.compute_verify):
+                if getattr(config, field.name) != field.default:
                     raise InvalidCollaboration(
-                        f"collaboration.{name}", "applies only with calculator: true"
+                        f"collaboration.{field.name}", "applies only with calculator: true"
                     )
         for chosen in _every_plan(config, agents):
             if chosen.op is not None:
