@@ -129,7 +129,7 @@ def test_one_request_never_spends_more_than_its_keys_tokens_per_minute() -> None
     """Before: under ``--key-tokens-per-minute 3000`` one looping graph spent 51-78 k tokens
     in 6 s (its worst case was unknown, so it was admitted and never metered). Now a graph
     whose declared worst case is over the minute is a 400 before it runs, and one that fits
-    is stopped by the running meter at the minute, and charged what it used."""
+    is stopped by the running meter at the minute, and what it used stays charged."""
     limits = ServerLimits(key_quota=KeyQuota(tokens_per_minute=3000))
     slow = scripted(reply_words=(40, 40))
     with live_server(slow, api_key=list(KEYS), limits=limits, watch_health=True) as srv:
@@ -145,7 +145,7 @@ def test_one_request_never_spends_more_than_its_keys_tokens_per_minute() -> None
         assert r.status_code == 400, r.text
         assert error_of(r)["code"] == "token_budget_exceeded"
         assert 0 < len(engine.history) < 34  # type: ignore[attr-defined]  # ran, then was cut
-        # the key is charged what it used, and nothing more fits in its minute
+        # what it used stays charged: most of the minute no longer fits, another key's does
         assert post(srv, {"messages": USER, "max_tokens": 2900}, KEYS[0]).status_code == 429
         assert post(srv, {"messages": USER, "max_tokens": 8}, KEYS[1]).status_code == 200
 
